@@ -1,0 +1,1 @@
+"""The HTTP API: FastAPI routes, auth, error envelope, and the `evidence` command."""

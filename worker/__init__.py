@@ -1,0 +1,1 @@
+"""The retrieval worker: Celery app, tasks, fetch guard, extraction, persistence."""

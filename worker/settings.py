@@ -1,0 +1,104 @@
+"""Configuration: one settings class read from `EVIDENCE_*` environment variables."""
+
+from functools import lru_cache
+from ipaddress import IPv4Network, IPv6Network, ip_network
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+Network = IPv4Network | IPv6Network
+
+DEFAULT_USER_AGENT = (
+    "EvidenceRetrieval/0.1 (+https://github.com/evidence-retrieval; research fetcher)"
+)
+
+
+def _split_commas(value: Any) -> Any:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Every knob of the service; names are the contract's (CONTRACT §2) plus documented extras."""
+
+    model_config = SettingsConfigDict(env_prefix="EVIDENCE_", extra="ignore")
+
+    database_url: str = "sqlite:///./var/evidence.db"
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    #: Redis used for shared politeness state and robots.txt cache; defaults to the broker's.
+    redis_url: str | None = None
+    egress_allow_cidrs: Annotated[list[Network], NoDecode] = Field(default_factory=list)
+    ca_bundle: Path | None = None
+    receipt_ttl_seconds: int = Field(default=86_400, ge=1)
+    fetch_allowed_ports: Annotated[list[int], NoDecode] = Field(default_factory=lambda: [443])
+    flower_basic_auth: str | None = None
+
+    # Lifecycle.
+    max_attempts: int = Field(default=3, ge=1, le=20)
+    sweep_interval_seconds: float = Field(default=5.0, gt=0)
+    #: A pending row whose publish is older than this is published again by the sweep.
+    republish_after_seconds: float = Field(default=60.0, gt=0)
+    #: Extra time past the hard time limit before a running row counts as lost.
+    lease_grace_seconds: float = Field(default=15.0, ge=0)
+
+    # Fetch bounds.
+    fetch_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    fetch_read_timeout_seconds: float = Field(default=10.0, gt=0)
+    fetch_total_timeout_seconds: float = Field(default=30.0, gt=0)
+    fetch_max_bytes: int = Field(default=5 * 1024 * 1024, gt=0)
+    extract_budget_seconds: float = Field(default=20.0, gt=0)
+    user_agent: str = DEFAULT_USER_AGENT
+    robots_txt: bool = True
+
+    # Processes.
+    worker_concurrency: int | None = None
+    api_retry_after_seconds: int = 5
+    log_level: str = "INFO"
+    log_json: bool = True
+
+    @field_validator("egress_allow_cidrs", mode="before")
+    @classmethod
+    def _parse_cidrs(cls, value: Any) -> Any:
+        value = _split_commas(value)
+        return [ip_network(v, strict=False) if isinstance(v, str) else v for v in value or []]
+
+    @field_validator("fetch_allowed_ports", mode="before")
+    @classmethod
+    def _parse_ports(cls, value: Any) -> Any:
+        return _split_commas(value)
+
+    @field_validator("fetch_allowed_ports")
+    @classmethod
+    def _ports_in_range(cls, value: list[int]) -> list[int]:
+        for port in value:
+            if not 1 <= port <= 65535:
+                raise ValueError(f"port out of range: {port}")
+        return value
+
+    @property
+    def soft_time_limit(self) -> float:
+        """Seconds before a task is asked to stop (fetch total + extract budget + 10 s)."""
+        return self.fetch_total_timeout_seconds + self.extract_budget_seconds + 10.0
+
+    @property
+    def hard_time_limit(self) -> float:
+        """Seconds before a task's process is killed."""
+        return self.soft_time_limit + 15.0
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long a claim holds: no task can outlive its hard limit, so past this it is lost."""
+        return self.hard_time_limit + self.lease_grace_seconds
+
+    @property
+    def politeness_redis_url(self) -> str:
+        return self.redis_url or self.broker_url
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """Return the process-wide settings (cached; tests clear the cache after changing env)."""
+    return Settings()
