@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     fetch_total_timeout_seconds: float = Field(default=30.0, gt=0)
     fetch_max_bytes: int = Field(default=5 * 1024 * 1024, gt=0)
     extract_budget_seconds: float = Field(default=20.0, gt=0)
+    #: Margin between the work's own bounds and Celery's soft limit (hard adds 1.5x more).
+    time_limit_margin_seconds: float = Field(default=10.0, gt=0)
     user_agent: str = DEFAULT_USER_AGENT
     robots_txt: bool = True
 
@@ -80,13 +82,17 @@ class Settings(BaseSettings):
 
     @property
     def soft_time_limit(self) -> float:
-        """Seconds before a task is asked to stop (fetch total + extract budget + 10 s)."""
-        return self.fetch_total_timeout_seconds + self.extract_budget_seconds + 10.0
+        """Seconds before a task is asked to stop (fetch total + extract budget + margin)."""
+        return (
+            self.fetch_total_timeout_seconds
+            + self.extract_budget_seconds
+            + self.time_limit_margin_seconds
+        )
 
     @property
     def hard_time_limit(self) -> float:
         """Seconds before a task's process is killed."""
-        return self.soft_time_limit + 15.0
+        return self.soft_time_limit + 1.5 * self.time_limit_margin_seconds
 
     @property
     def lease_seconds(self) -> float:

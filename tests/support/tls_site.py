@@ -112,8 +112,14 @@ class TLSSite:
         self.routes[path] = route
         return self.url(path)
 
-    def page(self, path: str, body: str | bytes, content_type: str = "text/html; charset=utf-8",
-             status: int = 200, headers: dict[str, str] | None = None) -> str:
+    def page(
+        self,
+        path: str,
+        body: str | bytes,
+        content_type: str = "text/html; charset=utf-8",
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+    ) -> str:
         """Serve a canned page at `path`; return its URL."""
         data = body.encode() if isinstance(body, str) else body
         return self.add(path, Page(data, content_type, status, dict(headers or {})))

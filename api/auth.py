@@ -1,0 +1,84 @@
+"""API keys: creation, hashing, and the one place that checks scope and workspace access.
+
+Keys are 256-bit random secrets, so a single SHA-256 is a sound one-way hash for them (a slow
+password hash defends low-entropy secrets; these are not). Only the hash is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from api.errors import not_entitled
+from worker.models import ApiKey
+
+KEY_PREFIX = "evk_"
+SCOPE_RESEARCH = "agent:research"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the key's workspaces and scopes."""
+
+    key_id: uuid.UUID
+    workspaces: frozenset[uuid.UUID]
+    scopes: frozenset[str]
+
+    def can_read(self, workspace_id: uuid.UUID) -> bool:
+        """Whether this key may see `workspace_id` (callers answer 404 when not)."""
+        return workspace_id in self.workspaces
+
+    def require(self, workspace_id: uuid.UUID | None, scope: str = SCOPE_RESEARCH) -> None:
+        """Refuse (403 `not_entitled`) unless the key has `scope` and access to the workspace."""
+        if scope not in self.scopes:
+            raise not_entitled(f"this key lacks the scope {scope}")
+        if workspace_id is not None and workspace_id not in self.workspaces:
+            raise not_entitled("this key has no access to that workspace")
+
+
+def hash_key(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_key(
+    session: Session, workspaces: list[uuid.UUID], scopes: list[str], now: datetime
+) -> str:
+    """Store a new key's hash and return the key itself (shown once, never stored)."""
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    session.add(
+        ApiKey(
+            key_hash=hash_key(secret),
+            prefix=secret[:12],
+            workspaces=[str(w) for w in workspaces],
+            scopes=list(scopes),
+            created_at=now,
+        )
+    )
+    return secret
+
+
+def authenticate(session: Session, authorization: str | None) -> Principal:
+    """Resolve a `Bearer` header to a principal, or refuse with 401."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise not_entitled("a Bearer API key is required", status=401)
+    key = session.execute(
+        sa.select(ApiKey).where(
+            ApiKey.__table__.c.key_hash == hash_key(token),  # type: ignore[attr-defined]
+            ApiKey.__table__.c.revoked_at.is_(None),  # type: ignore[attr-defined]
+        )
+    ).scalar_one_or_none()
+    if key is None:
+        raise not_entitled("the API key is not valid", status=401)
+    return Principal(
+        key_id=key.id,
+        workspaces=frozenset(uuid.UUID(w) for w in key.workspaces),
+        scopes=frozenset(key.scopes),
+    )

@@ -1,0 +1,111 @@
+"""The `evidence` command: migrate, run the processes, manage keys, enqueue batches."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Annotated
+
+import typer
+
+from worker.settings import get_settings
+
+app = typer.Typer(help="Evidence retrieval service.", no_args_is_help=True, add_completion=False)
+keys_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+def _configure_logging() -> None:
+    from worker import logs
+
+    settings = get_settings()
+    logs.configure(settings.log_level, settings.log_json)
+
+
+@app.command()
+def migrate() -> None:
+    """Apply the Alembic migrations to EVIDENCE_DATABASE_URL."""
+    from worker.migrate import upgrade
+
+    upgrade()
+    typer.echo("database is at the latest migration")
+
+
+@app.command()
+def api(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8000,
+    workers: Annotated[int, typer.Option(help="Uvicorn worker processes.")] = 1,
+) -> None:
+    """Serve the HTTP API."""
+    import uvicorn
+
+    _configure_logging()
+    uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="warning")
+
+
+@app.command()
+def worker(
+    concurrency: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
+    queues: Annotated[str, typer.Option(help="Queues to consume.")] = "retrievals,sweep",
+    hostname: Annotated[str | None, typer.Option(help="Node name (unique per worker).")] = None,
+) -> None:
+    """Run a Celery worker (prefork) that processes retrievals and sweeps."""
+    from worker.celery_app import app as celery
+
+    _configure_logging()
+    settings = get_settings()
+    n = concurrency or settings.worker_concurrency or 2 * (os.cpu_count() or 1)
+    argv = ["worker", "-Q", queues, "--concurrency", str(n), "-E", "--loglevel", settings.log_level]
+    if hostname:
+        argv += ["--hostname", hostname]
+    celery.worker_main(argv)
+
+
+@app.command()
+def beat(
+    schedule: Annotated[
+        str, typer.Option(help="Beat's schedule file.")
+    ] = "var/celerybeat-schedule",
+) -> None:
+    """Run Celery beat, which schedules the sweep. Run exactly one per deployment."""
+    from worker.celery_app import app as celery
+
+    _configure_logging()
+    os.makedirs(os.path.dirname(schedule) or ".", exist_ok=True)
+    celery.start(["beat", "--schedule", schedule, "--loglevel", get_settings().log_level])
+
+
+@app.command()
+def flower(
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 5555,
+    address: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+) -> None:
+    """Run Flower with basic auth from EVIDENCE_FLOWER_BASIC_AUTH."""
+    from worker.celery_app import app as celery
+
+    auth = get_settings().flower_basic_auth
+    if not auth or ":" not in auth:
+        typer.echo("EVIDENCE_FLOWER_BASIC_AUTH must be set to user:password", err=True)
+        raise typer.Exit(2)
+    celery.start(["flower", f"--port={port}", f"--address={address}", f"--basic-auth={auth}"])
+
+
+@keys_app.command("create")
+def keys_create(
+    workspace: Annotated[list[uuid.UUID], typer.Option(help="Workspace the key may use.")],
+    scope: Annotated[list[str], typer.Option(help="Scope to grant.")] = ["agent:research"],  # noqa: B006
+) -> None:
+    """Create an API key; it is printed once, alone on the last line."""
+    from api.auth import create_key
+    from worker import clock, db
+
+    secret = db.with_transient_retry(
+        lambda s: create_key(s, list(workspace), list(scope), clock.now())
+    )
+    typer.echo(f"created a key for {len(workspace)} workspace(s); it is shown only once:", err=True)
+    typer.echo(secret)
+
+
+if __name__ == "__main__":
+    app()

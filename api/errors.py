@@ -1,0 +1,142 @@
+"""The error envelope `{"error": {"code", "message", "field"?, "details"?}}` and its handlers.
+
+Every failure leaves the API through here, so no stack trace, SQL or secret reaches a client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from worker.settings import get_settings
+
+log = structlog.get_logger(__name__)
+
+
+class ApiError(Exception):
+    """An error with its contract code and HTTP status."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.field, self.details = field, details
+
+
+def invalid_input(message: str, field: str | None = None, status: int = 400) -> ApiError:
+    return ApiError(status, "invalid_input", message, field)
+
+
+def not_entitled(message: str, status: int = 403) -> ApiError:
+    return ApiError(status, "not_entitled", message)
+
+
+def not_found(message: str = "not found") -> ApiError:
+    return ApiError(404, "not_found", message)
+
+
+def envelope(
+    code: str, message: str, field: str | None = None, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The contract's error body."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if field is not None:
+        error["field"] = field
+    if details:
+        error["details"] = details
+    return {"error": error}
+
+
+def error_response(error: ApiError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+    return JSONResponse(
+        envelope(error.code, error.message, error.field, error.details),
+        status_code=error.status,
+        headers=headers,
+    )
+
+
+def unavailable_response() -> JSONResponse:
+    retry_after = get_settings().api_retry_after_seconds
+    return JSONResponse(
+        envelope("upstream_unavailable", "the database is unavailable; retry later"),
+        status_code=503,
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+def _field_of(loc: tuple[Any, ...], error_type: str) -> str | None:
+    parts = [str(p) for p in loc if p != "body"]
+    if error_type == "missing" and parts:
+        return parts[-1]
+    if error_type == "extra_forbidden":
+        return parts[-1] if parts else None
+    return parts[0] if parts else None
+
+
+def _message(error: dict[str, Any], field: str | None) -> str:
+    kind = error.get("type", "")
+    if kind == "json_invalid":
+        return "the request body is not valid JSON"
+    if kind == "missing":
+        return f"{field} is required"
+    if kind == "extra_forbidden":
+        return f"unknown field {field!r}"
+    if kind in ("model_attributes_type", "dict_type"):
+        return "the request body must be a JSON object"
+    msg = str(error.get("msg", "invalid value"))
+    return f"{field}: {msg}" if field else msg
+
+
+async def _on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    field = _field_of(tuple(first.get("loc", ())), first.get("type", ""))
+    if first.get("type") == "json_invalid":
+        field = None
+    return error_response(invalid_input(_message(first, field), field))
+
+
+async def _on_api_error(_: Request, exc: ApiError) -> JSONResponse:
+    return error_response(exc)
+
+
+async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if exc.status_code == 404:
+        return error_response(not_found())
+    if exc.status_code == 405:
+        return error_response(ApiError(405, "invalid_input", "method not allowed"))
+    return error_response(ApiError(exc.status_code, "invalid_input", str(exc.detail)))
+
+
+async def _on_database(_: Request, exc: Exception) -> JSONResponse:
+    log.warning("database_unavailable", error=type(exc).__name__)
+    return unavailable_response()
+
+
+async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled_error", error=type(exc).__name__)
+    return JSONResponse(envelope("internal", "internal error"), status_code=500)
+
+
+def install(app: FastAPI) -> None:
+    """Register every handler on `app`."""
+    app.add_exception_handler(RequestValidationError, _on_validation)  # type: ignore[arg-type]
+    app.add_exception_handler(ApiError, _on_api_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _on_http)  # type: ignore[arg-type]
+    for exc_type in (OperationalError, PoolTimeoutError, DBAPIError):
+        app.add_exception_handler(exc_type, _on_database)
+    app.add_exception_handler(Exception, _on_unexpected)

@@ -1,0 +1,69 @@
+"""Request bodies, validated exactly as `evidence_retrieve.input.json` says."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+)
+
+#: RFC 3986 absolute URI: a scheme, then only URI characters and well-formed %-escapes.
+_URI = re.compile(
+    r"^[A-Za-z][A-Za-z0-9+.\-]*:"
+    r"(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*$"
+)
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+LANGUAGE_PATTERN = r"^[a-zA-Z]{2,8}(?:-[a-zA-Z0-9]{1,8})*$"
+
+
+def _uri(value: str) -> str:
+    if not _URI.match(value):
+        raise ValueError("must be an absolute URI (RFC 3986)")
+    return value
+
+
+def _uuid(value: str) -> str:
+    if not _UUID.match(value):
+        raise ValueError("must be a UUID")
+    return value
+
+
+Url = Annotated[str, StringConstraints(max_length=2048), AfterValidator(_uri)]
+UuidText = Annotated[str, AfterValidator(_uuid)]
+Language = Annotated[str, StringConstraints(min_length=1, max_length=35, pattern=LANGUAGE_PATTERN)]
+Kind = Literal["url_text", "published_captions"]
+
+
+class RetrieveRequest(BaseModel):
+    """Body of `POST /research-api/evidence/retrieve`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    url: Url
+    kind: Kind
+    language: Language | None = Field(default=None)
+    workspace_id: UuidText
+    mutation_id: UuidText
+
+    @field_validator("language", mode="before")
+    @classmethod
+    def _no_explicit_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("must be a string when given")
+        return value
+
+    @property
+    def workspace(self) -> uuid.UUID:
+        return uuid.UUID(self.workspace_id)
+
+    @property
+    def mutation(self) -> uuid.UUID:
+        return uuid.UUID(self.mutation_id)

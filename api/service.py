@@ -1,0 +1,86 @@
+"""What the routes and the MCP tools do, as plain functions over a session and a principal."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy.orm import Session
+
+from api.auth import Principal
+from api.errors import invalid_input, not_found
+from api.payloads import evidence_payload, retrieval_payload
+from api.schemas import RetrieveRequest
+from worker import clock, db, evidence_store, outbox, store
+from worker.settings import get_settings
+
+log = structlog.get_logger(__name__)
+
+
+def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[dict[str, Any], bool]:
+    """Record the retrieval (or find it), publish it if new; return (payload, created)."""
+    principal.require(request.workspace)
+    ttl = timedelta(seconds=get_settings().receipt_ttl_seconds)
+    new = store.NewRetrieval(
+        workspace_id=request.workspace,
+        mutation_id=request.mutation,
+        url=request.url,
+        kind=request.kind,
+        language=request.language,
+    )
+    try:
+        row, created = db.with_transient_retry(
+            lambda s: store.create_retrieval(s, new, clock.now(), ttl)
+        )
+    except store.MutationConflict:
+        raise invalid_input(
+            "this mutation_id was already used with a different url, kind or language",
+            field="mutation_id",
+            status=409,
+        ) from None
+    if created:
+        log.info("retrieval_created", retrieval_id=str(row.id), workspace_id=str(row.workspace_id))
+        if outbox.publish([row.id]):
+            db.with_transient_retry(lambda s: store.mark_published(s, [row.id], clock.now()))
+    return retrieval_payload(row), created
+
+
+def read_retrieval(
+    session: Session, principal: Principal, retrieval_id: uuid.UUID
+) -> dict[str, Any]:
+    """The retrieval as it stands; 404 when unknown or outside the key's workspaces."""
+    principal.require(None)
+    row = store.get_retrieval(session, retrieval_id)
+    if row is None or not principal.can_read(row.workspace_id):
+        raise not_found("no such retrieval")
+    return retrieval_payload(row)
+
+
+def cancel_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> dict[str, Any]:
+    """Cancel a pending or running retrieval; a settled one is returned unchanged."""
+    principal.require(None)
+
+    def _cancel(session: Session) -> dict[str, Any]:
+        row = store.get_retrieval(session, retrieval_id)
+        if row is None or not principal.can_read(row.workspace_id):
+            raise not_found("no such retrieval")
+        store.cancel(session, retrieval_id, clock.now())
+        return retrieval_payload(store.get_retrieval(session, retrieval_id))  # type: ignore[arg-type]
+
+    return db.with_transient_retry(_cancel)
+
+
+def read_evidence(
+    session: Session, principal: Principal, evidence_id: uuid.UUID, revision: int | None
+) -> dict[str, Any]:
+    """One evidence revision (latest by default) with the list of revisions."""
+    principal.require(None)
+    evidence = evidence_store.get_evidence(session, evidence_id)
+    if evidence is None or not principal.can_read(evidence.workspace_id):
+        raise not_found("no such evidence")
+    row = evidence_store.get_revision(session, evidence_id, revision)
+    if row is None:
+        raise not_found("no such revision")
+    return evidence_payload(evidence, row, evidence_store.list_revisions(session, evidence_id))

@@ -1,0 +1,158 @@
+"""Session-wide real services: database, Redis broker, loopback HTTPS site, worker and beat.
+
+The environment is fixed in `pytest_configure`, before any test module imports the service,
+because the Celery app and the settings read it once per process.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.services import (
+    Process,
+    create_postgres_database,
+    drop_postgres_database,
+    wait_for,
+)
+from tests.support.tls_site import TLSSite
+
+#: Redis database the tests' broker uses (flushed at start); the dev service uses 0.
+TEST_BROKER_DB = 9
+
+#: Short lifecycle knobs so leases, sweeps and expiry take seconds, not hours.
+TEST_ENV = {
+    "EVIDENCE_SWEEP_INTERVAL_SECONDS": "1",
+    "EVIDENCE_REPUBLISH_AFTER_SECONDS": "4",
+    "EVIDENCE_FETCH_TOTAL_TIMEOUT_SECONDS": "4",
+    "EVIDENCE_FETCH_READ_TIMEOUT_SECONDS": "3",
+    "EVIDENCE_FETCH_CONNECT_TIMEOUT_SECONDS": "2",
+    "EVIDENCE_EXTRACT_BUDGET_SECONDS": "2",
+    "EVIDENCE_TIME_LIMIT_MARGIN_SECONDS": "1",
+    "EVIDENCE_LEASE_GRACE_SECONDS": "0.5",
+    "EVIDENCE_MAX_ATTEMPTS": "2",
+    "EVIDENCE_LOG_JSON": "true",
+    "EVIDENCE_LOG_LEVEL": "INFO",
+}
+
+
+class Env:
+    """What the session set up."""
+
+    db_kind: str
+    db_name: str | None
+    database_url: str
+    broker_url: str
+    site: TLSSite
+    tmp: Path
+
+
+ENV = Env()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--db",
+        default=os.environ.get("EVIDENCE_TEST_DB", "postgres"),
+        choices=["postgres", "sqlite"],
+        help="database the suite runs against",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    ENV.tmp = Path(tempfile.mkdtemp(prefix="evidence-tests-"))
+    ENV.db_kind = config.getoption("--db")
+    if ENV.db_kind == "postgres":
+        ENV.db_name, ENV.database_url = create_postgres_database()
+    else:
+        ENV.db_name = None
+        ENV.database_url = f"sqlite:///{ENV.tmp / 'evidence.db'}"
+    ENV.broker_url = f"redis://127.0.0.1:6379/{TEST_BROKER_DB}"
+    ENV.site = TLSSite().start()
+    ca_path = ENV.site.write_ca(ENV.tmp / "ca.pem")
+    os.environ.update(TEST_ENV)
+    os.environ.update(
+        {
+            "EVIDENCE_DATABASE_URL": ENV.database_url,
+            "EVIDENCE_BROKER_URL": ENV.broker_url,
+            "EVIDENCE_EGRESS_ALLOW_CIDRS": "127.0.0.1/32",
+            "EVIDENCE_CA_BUNDLE": str(ca_path),
+            "EVIDENCE_FETCH_ALLOWED_PORTS": str(ENV.site.port),
+        }
+    )
+    import redis
+
+    redis.Redis.from_url(ENV.broker_url).flushdb()
+    from worker.migrate import upgrade
+
+    upgrade(ENV.database_url)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or not hasattr(ENV, "site"):
+        return
+    ENV.site.stop()
+    from worker import db
+
+    db.dispose_engine()
+    if ENV.db_name:
+        drop_postgres_database(ENV.db_name)
+
+
+@pytest.fixture(scope="session")
+def env() -> Env:
+    return ENV
+
+
+@pytest.fixture(scope="session")
+def site() -> TLSSite:
+    return ENV.site
+
+
+def _ping_worker() -> bool:
+    from worker.celery_app import app
+
+    return bool(app.control.ping(timeout=0.5))
+
+
+class Services:
+    """The session's worker and beat, restartable by fault tests."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.worker = Process(
+            ["worker", "--concurrency", "2", "--hostname", f"test-{uuid.uuid4().hex[:6]}@%h"],
+            tmp / "worker.log",
+        )
+        self.beat = Process(
+            ["beat", "--schedule", str(tmp / "beat-schedule")], tmp / "beat.log"
+        )
+
+    def start_worker(self) -> None:
+        self.worker.start()
+        wait_for(_ping_worker, timeout=60, interval=0.5)
+
+    def restart_worker(self) -> None:
+        self.worker.kill_group()
+        self.start_worker()
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.beat.stop()
+
+
+@pytest.fixture(scope="session")
+def services(env: Env) -> Iterator[Services]:
+    """A real Celery worker (prefork, 2 children) and beat, for the whole session."""
+    running = Services(env.tmp)
+    running.start_worker()
+    running.beat.start()
+    yield running
+    running.stop()

@@ -1,0 +1,121 @@
+"""Engines and sessions for PostgreSQL and the embedded SQLite default."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from worker.settings import get_settings
+
+T = TypeVar("T")
+
+#: How long SQLite waits on a lock before "database is locked" (seconds).
+SQLITE_BUSY_TIMEOUT_SECONDS = 30
+#: Attempts at a short transaction that hit a transient lock or a dropped connection.
+TRANSIENT_ATTEMPTS = 4
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """WAL, a busy timeout, and BEGIN IMMEDIATE so writers queue instead of failing."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # let SQLAlchemy's BEGIN below drive it
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_SECONDS * 1000}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_engine(url: str) -> Engine:
+    """Build an engine for `url`, creating the SQLite file's folder when needed."""
+    if url.startswith("sqlite"):
+        path = sa.engine.make_url(url).database
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(
+            url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False}
+        )
+        _configure_sqlite(engine)
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return sa.create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        pool_timeout=5,
+        connect_args={"connect_timeout": 5},
+    )
+
+
+@lru_cache
+def get_engine() -> Engine:
+    """The process-wide engine for the configured database."""
+    return make_engine(get_settings().database_url)
+
+
+@lru_cache
+def _session_factory() -> sessionmaker[Session]:
+    return sessionmaker(get_engine(), expire_on_commit=False)
+
+
+@contextmanager
+def session_scope() -> Iterator[Session]:
+    """A session whose transaction commits on success and rolls back on error."""
+    session = _session_factory()()
+    try:
+        with session.begin():
+            yield session
+    finally:
+        session.close()
+
+
+def with_transient_retry(fn: Callable[[Session], T], attempts: int = TRANSIENT_ATTEMPTS) -> T:
+    """Run `fn` in its own transaction, retrying a few times on a lock or a dropped connection."""
+    delay = 0.05
+    for attempt in range(1, attempts + 1):
+        try:
+            with session_scope() as session:
+                return fn(session)
+        except (OperationalError, DBAPIError) as exc:
+            if attempt == attempts or not _is_transient(exc):
+                raise
+            time.sleep(delay)
+            delay *= 4
+    raise AssertionError("unreachable")
+
+
+def _is_transient(exc: DBAPIError) -> bool:
+    if exc.connection_invalidated or isinstance(exc, OperationalError):
+        return True
+    return "locked" in str(exc.orig).lower()
+
+
+def dispose_engine() -> None:
+    """Forget the engine (after a fork, or when tests change the database URL)."""
+    if get_engine.cache_info().currsize:
+        get_engine().dispose()
+    get_engine.cache_clear()
+    _session_factory.cache_clear()

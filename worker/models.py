@@ -1,0 +1,95 @@
+"""Database tables (SQLModel). Alembic migrations in `worker/migrations` create them."""
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Field, SQLModel
+
+UTC_DATETIME = sa.DateTime(timezone=True)
+
+
+class ApiKey(SQLModel, table=True):
+    """An API key: stored as a SHA-256 hash of a high-entropy secret, never in plain text."""
+
+    __tablename__ = "api_key"
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    key_hash: str = Field(sa_column=sa.Column(sa.String(64), nullable=False, unique=True))
+    #: The key's first characters, so an operator can tell keys apart without the secret.
+    prefix: str = Field(sa_column=sa.Column(sa.String(16), nullable=False))
+    workspaces: list[str] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    scopes: list[str] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    revoked_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+
+
+class Retrieval(SQLModel, table=True):
+    """One request to retrieve a URL, keyed by the client's (workspace_id, mutation_id)."""
+
+    __tablename__ = "retrieval"
+    __table_args__ = (
+        sa.UniqueConstraint("workspace_id", "mutation_id", name="uq_retrieval_mutation"),
+        sa.Index("ix_retrieval_open", "state", "lease_until"),
+    )
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    mutation_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    url: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    kind: str = Field(sa_column=sa.Column(sa.String(32), nullable=False))
+    #: Requested language, lower-cased (tags compare case-insensitively); "" when none.
+    language: str = Field(sa_column=sa.Column(sa.String(35), nullable=False, server_default=""))
+    state: str = Field(sa_column=sa.Column(sa.String(16), nullable=False))
+    #: Claims so far; the settle must match the attempt it claimed with (fencing token).
+    attempt: int = Field(sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"))
+    lease_until: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    #: When the outbox last handed it to the broker; NULL = recorded but never published.
+    published_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    valid_until: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    settled_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    result: dict[str, Any] | None = Field(default=None, sa_column=sa.Column(sa.JSON))
+    evidence_id: uuid.UUID | None = Field(default=None, sa_column=sa.Column(sa.Uuid))
+    evidence_revision: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
+
+
+class Evidence(SQLModel, table=True):
+    """A source as the service knows it: (workspace, kind, normalised final URL, language)."""
+
+    __tablename__ = "evidence"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "workspace_id", "kind", "url_key", "language", name="uq_evidence_identity"
+        ),
+    )
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    kind: str = Field(sa_column=sa.Column(sa.String(32), nullable=False))
+    url_key: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    language: str = Field(sa_column=sa.Column(sa.String(35), nullable=False, server_default=""))
+    latest_revision: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+
+
+class EvidenceRevision(SQLModel, table=True):
+    """One immutable version of an evidence item's content."""
+
+    __tablename__ = "evidence_revision"
+    __table_args__ = (
+        sa.UniqueConstraint("evidence_id", "content_sha256", name="uq_revision_content"),
+    )
+
+    evidence_id: uuid.UUID = Field(
+        sa_column=sa.Column(sa.Uuid, sa.ForeignKey("evidence.id"), primary_key=True)
+    )
+    revision: int = Field(sa_column=sa.Column(sa.Integer, primary_key=True))
+    content_sha256: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
+    text: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    title: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    description: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    segments: list[dict[str, Any]] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    provenance: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))

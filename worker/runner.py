@@ -1,0 +1,65 @@
+"""Run one retrieval: claim it, produce its result, settle it (fenced by the claim's attempt)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from celery.exceptions import SoftTimeLimitExceeded
+
+from worker import clock, db, store
+from worker.fetch import Fetcher
+from worker.reasons import Reason
+from worker.results import failure_result
+from worker.settings import get_settings
+
+log = structlog.get_logger(__name__)
+
+_fetcher: Fetcher | None = None
+
+
+def get_fetcher() -> Fetcher:
+    """The process's fetcher (one connection pool per worker process)."""
+    global _fetcher
+    if _fetcher is None:
+        _fetcher = Fetcher(get_settings())
+    return _fetcher
+
+
+def reset_fetcher() -> None:
+    """Drop the fetcher (after a fork, or when settings change in tests)."""
+    global _fetcher
+    _fetcher = None
+
+
+def produce_result(claim: store.Claim) -> dict[str, Any]:
+    """Fetch and extract: the content step. Never raises for a source's misbehaviour."""
+    from worker.pipeline import run_pipeline
+
+    try:
+        return run_pipeline(get_fetcher(), claim.url, claim.kind, claim.language)  # type: ignore[arg-type]
+    except SoftTimeLimitExceeded:
+        log.warning("soft_time_limit")
+        return failure_result(claim.kind, Reason.TIMEOUT, clock.now())  # type: ignore[arg-type]
+
+
+def run_retrieval(retrieval_id: uuid.UUID) -> str:
+    """Process one delivery of a retrieval; return what happened (for logs and tests)."""
+    settings = get_settings()
+    lease = timedelta(seconds=settings.lease_seconds)
+    claim = db.with_transient_retry(lambda s: store.claim(s, retrieval_id, clock.now(), lease))
+    if claim is None:
+        log.info("claim_skipped")
+        return "skipped"
+    log.info("claimed", attempt=claim.attempt, kind=claim.kind)
+    result = produce_result(claim)
+    settled = db.with_transient_retry(lambda s: store.settle(s, claim, result, clock.now()))
+    log.info(
+        "settled" if settled else "settle_fenced",
+        attempt=claim.attempt,
+        status=result["status"],
+        reason=result["reason"],
+    )
+    return "settled" if settled else "fenced"
