@@ -16,14 +16,12 @@ import pytest
 
 from tests.support.services import (
     Process,
+    RedisServer,
     create_postgres_database,
     drop_postgres_database,
     wait_for,
 )
 from tests.support.tls_site import TLSSite
-
-#: Redis database the tests' broker uses (flushed at start); the dev service uses 0.
-TEST_BROKER_DB = 9
 
 #: Short lifecycle knobs so leases, sweeps and expiry take seconds, not hours.
 TEST_ENV = {
@@ -48,6 +46,7 @@ class Env:
     db_name: str | None
     database_url: str
     broker_url: str
+    redis: RedisServer
     site: TLSSite
     tmp: Path
 
@@ -74,7 +73,8 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         ENV.db_name = None
         ENV.database_url = f"sqlite:///{ENV.tmp / 'evidence.db'}"
-    ENV.broker_url = f"redis://127.0.0.1:6379/{TEST_BROKER_DB}"
+    ENV.redis = RedisServer(ENV.tmp).start()
+    ENV.broker_url = ENV.redis.url
     ENV.site = TLSSite().start()
     ca_path = ENV.site.write_ca(ENV.tmp / "ca.pem")
     os.environ.update(TEST_ENV)
@@ -87,9 +87,6 @@ def pytest_configure(config: pytest.Config) -> None:
             "EVIDENCE_FETCH_ALLOWED_PORTS": str(ENV.site.port),
         }
     )
-    import redis
-
-    redis.Redis.from_url(ENV.broker_url).flushdb()
     from worker.migrate import upgrade
 
     upgrade(ENV.database_url)
@@ -99,6 +96,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or not hasattr(ENV, "site"):
         return
     ENV.site.stop()
+    ENV.redis.stop()
     from worker import db
 
     db.dispose_engine()
@@ -131,9 +129,7 @@ class Services:
             ["worker", "--concurrency", "2", "--hostname", f"test-{uuid.uuid4().hex[:6]}@%h"],
             tmp / "worker.log",
         )
-        self.beat = Process(
-            ["beat", "--schedule", str(tmp / "beat-schedule")], tmp / "beat.log"
-        )
+        self.beat = Process(["beat", "--schedule", str(tmp / "beat-schedule")], tmp / "beat.log")
 
     def start_worker(self) -> None:
         self.worker.start()
@@ -156,3 +152,27 @@ def services(env: Env) -> Iterator[Services]:
     running.beat.start()
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="session")
+def http() -> Iterator[object]:
+    """The API in-process (same code as `evidence api`), through Starlette's test client."""
+    from fastapi.testclient import TestClient
+
+    from api.main import app
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture
+def workspace() -> uuid.UUID:
+    return uuid.uuid4()
+
+
+@pytest.fixture
+def api(http: object, workspace: uuid.UUID) -> object:
+    """A client with a fresh key for a fresh workspace, validating every payload."""
+    from tests.support.factories import Api, make_key
+
+    return Api(http, make_key([workspace]))

@@ -103,3 +103,61 @@ class Process:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """A private redis-server on its own loopback port, which tests may stop and start."""
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.directory = directory
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        wait_for(self.ping, timeout=10)
+        return self
+
+    def ping(self) -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis(port=self.port, socket_connect_timeout=0.2).ping())
+        except redis.RedisError:
+            return False
+
+    def stop(self) -> None:
+        """Stop without saving: the queue is lost, as in a real crash of a cache-only Redis."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None

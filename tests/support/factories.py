@@ -1,0 +1,110 @@
+"""Builders for tests: API keys, request bodies, and a client that checks every response."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from tests.support.schemas import validate_retrieval_payload
+
+SETTLED = {"completed", "cancelled", "unconfirmed", "expired"}
+#: Things that must never appear in a response body.
+LEAK_PATTERNS = re.compile(
+    r"Traceback|File \"/|sqlalchemy|psycopg|SELECT |INSERT |UPDATE retrieval|evk_", re.IGNORECASE
+)
+
+
+def make_key(workspaces: list[uuid.UUID], scopes: tuple[str, ...] = ("agent:research",)) -> str:
+    """Create a real API key in the test database."""
+    from api.auth import create_key
+    from worker import clock, db
+
+    return db.with_transient_retry(lambda s: create_key(s, workspaces, list(scopes), clock.now()))
+
+
+def body(url: str, workspace: uuid.UUID, kind: str = "url_text", **extra: Any) -> dict[str, Any]:
+    """A valid retrieve body with a fresh mutation_id."""
+    return {
+        "url": url,
+        "kind": kind,
+        "workspace_id": str(workspace),
+        "mutation_id": str(uuid.uuid4()),
+        **extra,
+    }
+
+
+def check_envelope(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """Assert an error response is the contract's envelope with `code`; return the error."""
+    assert response.status_code == status, response.text
+    payload = response.json()
+    assert set(payload) == {"error"}, payload
+    error = payload["error"]
+    assert error["code"] == code, payload
+    assert isinstance(error["message"], str) and error["message"]
+    assert set(error) <= {"code", "message", "field", "details"}
+    assert not LEAK_PATTERNS.search(response.text), response.text
+    return error
+
+
+@dataclass
+class Api:
+    """An HTTP client for the service that validates every retrieval payload it receives."""
+
+    client: httpx.Client | Any
+    key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    def _checked(self, response: httpx.Response) -> httpx.Response:
+        assert response.status_code != 500, response.text
+        assert not LEAK_PATTERNS.search(response.text), response.text
+        if response.status_code in (200, 202) and "retrieval" in response.json():
+            validate_retrieval_payload(response.json())
+        return response
+
+    def post(self, payload: dict[str, Any]) -> httpx.Response:
+        return self._checked(
+            self.client.post("/research-api/evidence/retrieve", json=payload, headers=self.headers)
+        )
+
+    def get(self, retrieval_id: str) -> httpx.Response:
+        return self._checked(
+            self.client.get(
+                f"/research-api/evidence/retrievals/{retrieval_id}", headers=self.headers
+            )
+        )
+
+    def cancel(self, retrieval_id: str) -> httpx.Response:
+        return self._checked(
+            self.client.post(
+                f"/research-api/evidence/retrievals/{retrieval_id}/cancel", headers=self.headers
+            )
+        )
+
+    def evidence(self, evidence_id: str, revision: int | None = None) -> httpx.Response:
+        params = {"revision": revision} if revision else None
+        return self._checked(
+            self.client.get(
+                f"/research-api/evidence/{evidence_id}", params=params, headers=self.headers
+            )
+        )
+
+    def wait(
+        self, retrieval_id: str, states: set[str] = SETTLED, timeout: float = 30
+    ) -> dict[str, Any]:
+        """Poll until the retrieval reaches one of `states`; return it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            retrieval = self.get(retrieval_id).json()["retrieval"]
+            if retrieval["state"] in states:
+                return retrieval
+            if time.monotonic() > deadline:
+                raise AssertionError(f"still {retrieval['state']} after {timeout} s: {retrieval}")
+            time.sleep(0.1)
