@@ -1,0 +1,268 @@
+"""Caption parsing: sniffing, tags and entities, dropped cues, rolling repeats, bounds."""
+
+from pathlib import Path
+
+import pytest
+
+from worker.captions import (
+    MAX_RAW_CUES,
+    CaptionError,
+    collapse_rolling,
+    parse_captions,
+    sniff_format,
+)
+from worker.reasons import Reason
+from worker.results import MAX_SEGMENTS, Segment
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captions"
+STYLED = """WEBVTT
+Kind: captions
+Language: en-GB
+
+STYLE
+::cue(.yellow) { color: yellow; }
+
+NOTE a comment --- not a cue
+
+intro
+00:00:01.000 --> 00:00:03.500 align:start position:10%
+<v Dr. Ada>Welcome &amp; hello, <b>everyone</b></v>
+
+00:00:04.000 --> 00:00:06.000
+<c.yellow>Rivers</c> carry <i>silt</i> &lt;and&gt; stones&nbsp;too
+
+00:00:06.500 --> 00:00:08.000
+<00:00:06.500><c>word</c><00:00:07.000><c> by</c><00:00:07.500><c> word</c>
+"""
+
+
+def vtt(*cues: tuple[str, str]) -> str:
+    """A WebVTT file from (timing, text) pairs."""
+    return "WEBVTT\n\n" + "\n\n".join(f"{t}\n{x}" for t, x in cues) + "\n"
+
+
+class TestSniffFormat:
+    """WebVTT vs SubRip by content, type and extension."""
+
+    def test_webvtt_header(self) -> None:
+        """A WEBVTT header (after a BOM and blank lines) is WebVTT."""
+        assert sniff_format("\ufeff\n\nWEBVTT - title\n\n") == "webvtt"
+
+    def test_srt_by_index_and_comma_timing(self) -> None:
+        """An index line then a comma timing line is SubRip, even with CRLF."""
+        assert sniff_format("1\r\n00:00:01,000 --> 00:00:02,000\r\nHi\r\n") == "subrip"
+
+    def test_srt_comma_timing_without_index(self) -> None:
+        """Comma timings anywhere near the start are SubRip."""
+        assert sniff_format("\n00:00:01,000 --> 00:00:02,000\nHi") == "subrip"
+
+    def test_headerless_dot_timing_is_webvtt(self) -> None:
+        """Dot timings without a header are read as WebVTT."""
+        assert sniff_format("00:01.000 --> 00:02.000\nHi") == "webvtt"
+
+    def test_by_mime_type_and_extension(self) -> None:
+        """With no telling content, the media type or URL extension decides."""
+        assert sniff_format("junk", "text/vtt") == "webvtt"
+        assert sniff_format("junk", "application/x-subrip") == "subrip"
+        assert sniff_format("junk", "text/plain", "https://a.example/c/en.SRT?v=2") == "subrip"
+        assert sniff_format("junk", None, "https://a.example/c/en.vtt#t") == "webvtt"
+
+    def test_plain_text_is_not_captions(self) -> None:
+        """Ordinary text with no caption signal is not captions."""
+        assert sniff_format("Dear diary, today --> tomorrow.", "text/plain") is None
+
+
+class TestParseWebVTT:
+    """WebVTT files with styling, voices, entities and timestamps."""
+
+    def test_tags_and_entities_removed(self) -> None:
+        """Voice, class, bold, italic and timestamp tags go; entities are decoded."""
+        parsed = parse_captions(STYLED, "webvtt")
+        assert [s.text for s in parsed.segments] == [
+            "Welcome & hello, everyone",
+            "Rivers carry silt <and> stones too",
+            "word by word",
+        ]
+        assert parsed.segments[0] == Segment(1000, 3500, "Welcome & hello, everyone")
+        assert parsed.invalid_cues == 0 and parsed.reasons == []
+
+    def test_language_header(self) -> None:
+        """The `Language:` header is the declared language, over the track's srclang."""
+        assert parse_captions(STYLED, "webvtt", "fr").language == "en-GB"
+
+    def test_declared_language_used_without_header(self) -> None:
+        """Without a header the srclang given is the language; with neither, None."""
+        body = vtt(("00:01.000 --> 00:02.000", "Hi"))
+        assert parse_captions(body, "webvtt", "de").language == "de"
+        assert parse_captions(body, "webvtt").language is None
+
+    def test_text_is_joined_cue_text(self) -> None:
+        """`text` joins the segments one per line."""
+        assert parse_captions(STYLED, "webvtt").text.splitlines()[1].startswith("Rivers carry")
+
+    def test_bom_and_crlf(self) -> None:
+        """A BOM and CRLF line endings parse."""
+        body = "\ufeffWEBVTT\r\n\r\n00:00:01.000 --> 00:00:02.000\r\nLine one\r\nLine two\r\n"
+        parsed = parse_captions(body, "webvtt")
+        assert parsed.segments == [Segment(1000, 2000, "Line one Line two")]
+
+    def test_hour_less_and_long_timestamps(self) -> None:
+        """mm:ss.ttt and hours beyond 99 convert to milliseconds."""
+        body = vtt(("01:02.500 --> 01:03.000", "a"), ("100:00:00.000 --> 100:00:01.000", "b"))
+        segments = parse_captions(body, "webvtt").segments
+        assert segments[0] == Segment(62_500, 63_000, "a")
+        assert segments[1].start_ms == 360_000_000
+
+    def test_overlapping_cues_kept(self) -> None:
+        """Overlapping cues (two speakers) are both kept."""
+        body = vtt(("00:01.000 --> 00:05.000", "Alice talks"), ("00:02.000 --> 00:03.000", "Bob"))
+        assert len(parse_captions(body, "webvtt").segments) == 2
+
+    def test_dropped_cues_are_counted(self) -> None:
+        """Backwards, zero-length, empty and unparsable-timing cues count as invalid."""
+        body = vtt(
+            ("00:01.000 --> 00:02.000", "good"),
+            ("00:05.000 --> 00:04.000", "backwards"),
+            ("00:06.000 --> 00:06.000", "zero length"),
+            ("00:07.000 --> 00:08.000", "<b></b> &#8203;"),
+            ("00:0x.000 --> 00:09.000", "broken timing"),
+            ("00:10.000 --> 00:11.000", "also good"),
+        )
+        parsed = parse_captions(body, "webvtt")
+        assert [s.text for s in parsed.segments] == ["good", "also good"]
+        assert parsed.invalid_cues == 4
+        assert parsed.reasons == [Reason.INVALID_CUES]
+
+    def test_missing_blank_line_between_cues(self) -> None:
+        """Two cues without a blank line between them both parse."""
+        body = "WEBVTT\n\n00:01.000 --> 00:02.000\nfirst\n00:03.000 --> 00:04.000\nsecond\n"
+        assert [s.text for s in parse_captions(body, "webvtt").segments] == ["first", "second"]
+
+    def test_headerless_webvtt(self) -> None:
+        """A file with cue timings but no header still parses."""
+        assert parse_captions("00:01.000 --> 00:02.000\nhi\n", "webvtt").segments
+
+
+class TestParseSubRip:
+    """SubRip files."""
+
+    SRT = (
+        "1\r\n00:00:01,000 --> 00:00:02,500\r\n<i>Hello</i> <font color=red>there</font>\r\n\r\n"
+        "2\r\n00:00:03,000 --> 00:00:04,000\r\nTom &amp; Jerry\r\n\r\n"
+        "3\r\n00:00:05,000 --> 00:00:04,000\r\nbackwards\r\n"
+    )
+
+    def test_segments(self) -> None:
+        """Cues parse with tags stripped and entities decoded; the backwards one is dropped."""
+        parsed = parse_captions(self.SRT, "subrip")
+        assert parsed.caption_format == "subrip"
+        assert parsed.segments == [
+            Segment(1000, 2500, "Hello there"),
+            Segment(3000, 4000, "Tom & Jerry"),
+        ]
+        assert parsed.invalid_cues == 1
+
+    def test_srt_without_indexes_falls_back(self) -> None:
+        """An SRT without index lines still parses."""
+        body = "00:00:01,000 --> 00:00:02,000\nNo index\n\n00:00:03,000 --> 00:00:04,000\nTwo\n"
+        assert [s.text for s in parse_captions(body, "subrip").segments] == ["No index", "Two"]
+
+    def test_broken_timing_line_does_not_leak_into_text(self) -> None:
+        """A malformed timing line is counted as dropped and not shown as caption text."""
+        body = "1\n00:00:01,000 --> 00:00:02,000\nfine\n\n2\n00:00:0x,000 --> 00:00:04,000\nbad\n"
+        parsed = parse_captions(body, "subrip")
+        assert "-->" not in parsed.text
+        assert parsed.invalid_cues == 1
+
+
+class TestFailures:
+    """Unparsable and empty files."""
+
+    @pytest.mark.parametrize("body", ["", "\ufeff", "\r\n\r\n", "WEBVTT\n\nNOTE only notes\n"])
+    def test_no_cue_is_no_captions(self, body: str) -> None:
+        """A file without any cue is no_captions."""
+        with pytest.raises(CaptionError) as caught:
+            parse_captions(body, "webvtt")
+        assert caught.value.reason == Reason.NO_CAPTIONS
+
+    @pytest.mark.parametrize(
+        ("body", "fmt"),
+        [
+            ("This is just prose, not captions.", "webvtt"),
+            ("This is just prose, not captions.", "subrip"),
+            ("WEBVTT\n\nnonsense --> more nonsense\ntext\n", "webvtt"),
+            ("1\n00:00:05,000 --> 00:00:01,000\nonly a backwards cue\n", "subrip"),
+        ],
+    )
+    def test_unparsable_is_invalid_captions(self, body: str, fmt: str) -> None:
+        """Prose, or timings that never yield a valid cue, is invalid_captions."""
+        with pytest.raises(CaptionError) as caught:
+            parse_captions(body, fmt)  # type: ignore[arg-type]
+        assert caught.value.reason == Reason.INVALID_CAPTIONS
+
+
+class TestRollingCaptions:
+    """YouTube-style rolling two-line auto-captions collapse to non-repeating text."""
+
+    ROLLING = (FIXTURES / "rolling_auto.vtt").read_text(encoding="utf-8")
+
+    def test_text_has_no_repeats(self) -> None:
+        """Each spoken word appears once in `text`."""
+        parsed = parse_captions(self.ROLLING, "webvtt")
+        assert parsed.text == "hello everyone welcome\nto the channel\ntoday we talk about rivers"
+
+    def test_segments_keep_timings(self) -> None:
+        """Segments keep their start times; pure repeats extend the previous segment."""
+        segments = parse_captions(self.ROLLING, "webvtt").segments
+        assert [(s.start_ms, s.end_ms) for s in segments] == [
+            (0, 2350),
+            (2350, 5010),
+            (5010, 7000),
+        ]
+        assert parse_captions(self.ROLLING, "webvtt").invalid_cues == 0
+
+    def test_word_level_overlap(self) -> None:
+        """A cue repeating the last three or more words of the previous one loses them."""
+        cues = [(0, 1000, ["the quick brown fox"]), (1000, 2000, ["quick brown fox jumps over"])]
+        assert [s.text for s in collapse_rolling(cues)] == ["the quick brown fox", "jumps over"]
+
+    def test_single_shared_word_is_not_a_repeat(self) -> None:
+        """Ordinary captions sharing one word at the seam keep both words."""
+        cues = [(0, 1000, ["I said no"]), (1000, 2000, ["no means no"])]
+        assert [s.text for s in collapse_rolling(cues)] == ["I said no", "no means no"]
+
+    def test_identical_consecutive_cue_merges(self) -> None:
+        """An identical following cue extends the previous segment rather than repeating it."""
+        cues = [(0, 1000, ["Hello there"]), (1000, 3000, ["Hello there"])]
+        assert collapse_rolling(cues) == [Segment(0, 3000, "Hello there")]
+
+
+class TestBounds:
+    """Cue and text bounds."""
+
+    def test_more_than_max_segments(self) -> None:
+        """More than 1 000 cues keep the first 1 000 and say cues_limited."""
+        cues = [
+            (f"{i // 60:02d}:{i % 60:02d}.000 --> {i // 60:02d}:{i % 60:02d}.500", f"cue {i}")
+            for i in range(1_200)
+        ]
+        parsed = parse_captions(vtt(*cues), "webvtt")
+        assert len(parsed.segments) == MAX_SEGMENTS
+        assert parsed.segments[-1].text == "cue 999"
+        assert parsed.reasons == [Reason.CUES_LIMITED]
+        assert parsed.text.splitlines()[-1] == "cue 999"
+
+    def test_raw_cue_bound_before_parsing(self) -> None:
+        """Timing lines past the raw bound are cut before parsing and not counted invalid."""
+        n = MAX_RAW_CUES + 500
+        cues = [
+            (
+                f"{i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}.000 --> "
+                f"{i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}.900",
+                f"c{i}",
+            )
+            for i in range(n)
+        ]
+        parsed = parse_captions(vtt(*cues), "webvtt")
+        assert parsed.limited and parsed.invalid_cues == 0
+        assert Reason.CUES_LIMITED in parsed.reasons
