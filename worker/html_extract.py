@@ -1,0 +1,132 @@
+"""Main text and metadata of an HTML page (url_text), with login-wall detection."""
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import lxml.html
+import trafilatura
+
+from worker.languages import is_mismatch, normalise_tag
+from worker.markup import bound_markup, parse_html
+from worker.reasons import Reason
+from worker.results import Content
+from worker.text_clean import clean_inline, clean_text, decode_body
+
+#: Below this much main text (characters), a page with a password field is a login wall.
+LOGIN_MAX_TEXT_CHARS = 400
+#: trafilatura options, chosen by measured F1 (bench/extraction_quality.py).
+EXTRACT_OPTIONS: dict[str, bool] = {
+    "favor_precision": False,
+    "favor_recall": False,
+    "include_tables": True,
+    "include_comments": False,
+}
+_LOGIN_PATH = re.compile(
+    r"/(?:log-?in|sign-?in|signon|auth(?:enticate)?|sso|session/new|account/login)\b", re.I
+)
+_PAYWALL_MARK = re.compile(r"paywall|regwall|subscriber-only|premium-wall|piano-", re.I)
+_XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
+
+
+@dataclass
+class PageExtraction:
+    """What a page yielded: its content, or the reason it is blocked."""
+
+    content: Content
+    blocked: Reason | None = None
+
+
+def declared_language(tree: lxml.html.HtmlElement | None, headers: Mapping[str, str]) -> str | None:
+    """Return the language the publisher declared: `<html lang>`, else `Content-Language`."""
+    if tree is not None:
+        root = tree.getroottree().getroot()
+        for attr in ("lang", "xml:lang", _XML_LANG):
+            tag = normalise_tag(root.get(attr))
+            if tag:
+                return tag
+    return normalise_tag(headers.get("content-language"))
+
+
+def _first(tree: lxml.html.HtmlElement, *xpaths: str) -> str | None:
+    for xpath in xpaths:
+        for value in tree.xpath(xpath):
+            text = clean_inline(value if isinstance(value, str) else value.text_content())
+            if text:
+                return text
+    return None
+
+
+def page_title(tree: lxml.html.HtmlElement) -> str | None:
+    """Return og:title, else `<title>`, else the first `<h1>`."""
+    return _first(tree, "//meta[@property='og:title']/@content", "//title", "//h1")
+
+
+def page_description(tree: lxml.html.HtmlElement) -> str | None:
+    """Return the OpenGraph description, else `<meta name=description>`."""
+    return _first(
+        tree,
+        "//meta[@property='og:description']/@content",
+        "//meta[translate(@name,'DESCRIPTION','description')='description']/@content",
+    )
+
+
+def has_password_form(tree: lxml.html.HtmlElement) -> bool:
+    """Whether the page asks for a password."""
+    return bool(tree.xpath("//input[translate(@type,'PASSWORD','password')='password']"))
+
+
+def is_login_wall(tree: lxml.html.HtmlElement, text: str, final_url: str) -> bool:
+    """Whether a page is really a login or paywall rather than the content asked for."""
+    tiny = len(text) < LOGIN_MAX_TEXT_CHARS
+    if has_password_form(tree):
+        return tiny or bool(_LOGIN_PATH.search(urlsplit(final_url).path))
+    marked = any(
+        _PAYWALL_MARK.search(f"{el.get('class', '')} {el.get('id', '')}")
+        for el in tree.iter("div", "section", "aside", "article")
+    )
+    return marked and tiny
+
+
+def main_text(tree: lxml.html.HtmlElement, url: str | None) -> tuple[str, str | None, str | None]:
+    """Return (main text, title, description) from trafilatura, cleaned."""
+    doc = trafilatura.bare_extraction(tree, url=url, with_metadata=True, **EXTRACT_OPTIONS)
+    if doc is None:
+        return "", None, None
+    return clean_text(doc.text or ""), clean_inline(doc.title), clean_inline(doc.description)
+
+
+def extract_html(
+    body: bytes | str,
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    language: str | None = None,
+    *,
+    charset: str | None = None,
+    mime_type: str | None = "text/html",
+) -> PageExtraction:
+    """Turn an HTML page into url_text content (document_text or metadata_only)."""
+    headers = headers or {}
+    html = decode_body(body, charset) if isinstance(body, bytes) else body
+    bounded, cut = bound_markup(html)
+    tree = parse_html(bounded)
+    reasons: list[Reason] = [Reason.NODES_LIMITED] if cut else []
+    content = Content(source_url=url, mime_type=mime_type, reasons=reasons)
+    content.language = declared_language(tree, headers)
+    if tree is None:
+        return PageExtraction(content)
+    text, title, description = main_text(tree, url)
+    content.title = title or page_title(tree)
+    content.description = description or page_description(tree)
+    if is_login_wall(tree, text, url):
+        return PageExtraction(content, Reason.LOGIN_REQUIRED)
+    content.text = text
+    if text:
+        content.content_kind = "document_text"
+    elif content.title or content.description:
+        content.content_kind = "metadata_only"
+        reasons.append(Reason.METADATA_ONLY)
+    if is_mismatch(language, content.language):
+        reasons.append(Reason.LANGUAGE_MISMATCH)
+    return PageExtraction(content)
