@@ -4,8 +4,9 @@ Every settled retrieval's `result` is made here, so the shape (required keys, bo
 reason/status table, at most ten distinct warnings) is enforced in one place.
 """
 
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -18,6 +19,10 @@ MAX_TITLE_CHARS = 200
 MAX_DESCRIPTION_CHARS = 2_000
 MAX_SEGMENTS = 1_000
 MAX_WARNINGS = 10
+MAX_URL_CHARS = 2_048
+MAX_LANGUAGE_CHARS = 35
+MAX_RETRY_AFTER_SECONDS = 86_400
+LANGUAGE_TAG = re.compile(r"^[a-zA-Z]{2,8}(?:-[a-zA-Z0-9]{1,8})*$")
 
 Kind = Literal["url_text", "published_captions"]
 ContentKind = Literal["document_text", "metadata_only", "published_caption_file", "none"]
@@ -81,10 +86,34 @@ def _distinct(reasons: Iterable[Reason]) -> list[Reason]:
     return seen
 
 
+def _language_tag(value: str | None) -> str | None:
+    """Return `value` when it is a schema-valid language tag, else None."""
+    if value and len(value) <= MAX_LANGUAGE_CHARS and LANGUAGE_TAG.match(value):
+        return value
+    return None
+
+
+def _source_url(value: str | None) -> str | None:
+    """Return the source URL when the schema can carry it (≤ 2 048 characters, no spaces)."""
+    if value and len(value) <= MAX_URL_CHARS and not any(c.isspace() for c in value):
+        return value
+    return None
+
+
+def _segments(segments: Sequence[Segment]) -> list[dict[str, Any]]:
+    """Keep at most MAX_SEGMENTS schema-valid segments (timed forwards, with text)."""
+    kept = []
+    for segment in segments[:MAX_SEGMENTS]:
+        text = segment.text.strip()[:MAX_TEXT_CHARS]
+        if segment.start_ms >= 0 and segment.end_ms > segment.start_ms and text:
+            kept.append(Segment(segment.start_ms, segment.end_ms, text).as_dict())
+    return kept
+
+
 def _provenance(content: Content, retrieved_at: datetime) -> dict[str, Any]:
-    language = content.language or None
+    language = _language_tag(content.language)
     return {
-        "source_url": content.source_url,
+        "source_url": _source_url(content.source_url),
         "retrieved_at": isoformat(retrieved_at),
         "mime_type": content.mime_type,
         "parser_version": PARSER_VERSION,
@@ -102,15 +131,13 @@ def content_result(kind: Kind, content: Content, retrieved_at: datetime) -> dict
     reasons = list(content.reasons)
     if cut:
         reasons.append(Reason.TEXT_LIMITED)
-    segments = [s.as_dict() for s in content.segments[:MAX_SEGMENTS]]
+    segments = _segments(content.segments)
     if len(content.segments) > MAX_SEGMENTS:
         reasons.append(Reason.CUES_LIMITED)
     reasons = _distinct(reasons)
     if not text and not segments and Reason.METADATA_ONLY not in reasons:
         empty = Reason.NO_CAPTIONS if kind == "published_captions" else Reason.NO_TEXT
-        return failure_result(
-            kind, empty, retrieved_at, content=content, warnings=reasons
-        )
+        return failure_result(kind, empty, retrieved_at, content=content, warnings=reasons)
     partial = [r for r in PARTIAL_PRIORITY if r in reasons]
     reason = partial[0] if partial else None
     warnings = [r for r in reasons if r != reason]
@@ -137,10 +164,11 @@ def failure_result(
 ) -> dict[str, Any]:
     """Build a result that carries no text: blocked, unsupported, empty, unavailable, …"""
     status = FAILURE_STATUS[reason]
-    content = content or Content()
+    content = replace(content or Content(), content_kind="none")
     retry = retry_after_seconds if status is Status.RATE_LIMITED else None
-    if status is Status.RATE_LIMITED and retry is None:
-        retry = DEFAULT_RETRY_AFTER_SECONDS
+    if status is Status.RATE_LIMITED:
+        retry = DEFAULT_RETRY_AFTER_SECONDS if retry is None else retry
+        retry = min(max(retry, 1), MAX_RETRY_AFTER_SECONDS)
     return _result(
         kind,
         status,
