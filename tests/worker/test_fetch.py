@@ -1,0 +1,407 @@
+"""The real Fetcher against hostile loopback TLS sites: every bound and every reason."""
+
+from __future__ import annotations
+
+import socket
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.support import hostile
+from tests.support.tls_site import Page, TLSSite
+from worker.fetch import ALLOWED_MIME_TYPES, Fetcher, decode_body
+from worker.fetch_types import FetchedResponse, FetchFailure
+from worker.reasons import Reason
+
+SLACK = 1.5
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis() -> Iterator[None]:
+    client = redis.Redis.from_url(hostile.TEST_REDIS_URL)
+    client.flushdb()
+    yield
+    client.flushdb()
+
+
+@pytest.fixture(scope="module")
+def _shared_site() -> Iterator[TLSSite]:
+    with TLSSite() as running:
+        yield running
+
+
+@pytest.fixture
+def site(_shared_site: TLSSite) -> TLSSite:
+    _shared_site.routes.clear()
+    _shared_site.hits.clear()
+    return _shared_site
+
+
+@pytest.fixture
+def dialer() -> hostile.LoopbackOnlyDialer:
+    return hostile.LoopbackOnlyDialer()
+
+
+@pytest.fixture
+def make(site: TLSSite, tmp_path: Path, dialer: hostile.LoopbackOnlyDialer) -> Iterator[Any]:
+    made: list[Fetcher] = []
+    ca = site.write_ca(tmp_path / "ca.pem")
+
+    def build(ports: list[int] | None = None, **overrides: Any) -> Fetcher:
+        overrides.setdefault("ca_bundle", ca)
+        settings = hostile.fetch_settings(ports or [site.port], **overrides)
+        fetcher = Fetcher(
+            settings,  # type: ignore[arg-type]
+            resolver=hostile.static_resolver(hostile.TEST_HOSTS),
+            dialer=dialer,  # type: ignore[arg-type]
+        )
+        made.append(fetcher)
+        return fetcher
+
+    yield build
+    for fetcher in made:
+        fetcher.close()
+
+
+def fail(fetcher: Fetcher, url: str) -> FetchFailure:
+    with pytest.raises(FetchFailure) as caught:
+        fetcher.fetch(url)
+    return caught.value
+
+
+def timed(call: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.monotonic()
+    try:
+        return call(), time.monotonic() - start
+    except FetchFailure as failure:
+        return failure, time.monotonic() - start
+
+
+class TestSuccess:
+    """Ordinary pages come back whole, decoded and classified."""
+
+    def test_plain_page(self, site: TLSSite, make: Any) -> None:
+        """A 200 HTML page returns body, final URL, mime type and charset."""
+        url = site.page("/a", "<html><p>hello</p></html>", "text/html; charset=ISO-8859-1")
+        response = make().fetch(url)
+        assert isinstance(response, FetchedResponse)
+        assert (response.url, response.status_code, response.truncated) == (url, 200, False)
+        assert response.body == b"<html><p>hello</p></html>"
+        assert (response.mime_type, response.charset) == ("text/html", "iso8859-1")
+
+    def test_hostname_with_sni(self, site: TLSSite, make: Any, dialer: Any) -> None:
+        """A name is resolved once and dialled by address; TLS is verified for the name."""
+        site.page("/q", "<p>x</p>")
+        assert make().fetch(site.url("/q", host="site.test")).body == b"<p>x</p>"
+        assert all(host == "127.0.0.1" for host, _ in dialer.dialled)
+
+    def test_connection_reused(self, site: TLSSite, make: Any, dialer: Any) -> None:
+        """Two fetches of one origin share one pooled connection."""
+        fetcher = make()
+        url = site.page("/k", "<p>keep</p>")
+        fetcher.fetch(url)
+        fetcher.fetch(url)
+        assert len(dialer.dialled) == 1
+
+    @pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw-deflate", "br"])
+    def test_content_encodings(self, site: TLSSite, make: Any, encoding: str) -> None:
+        """gzip, zlib deflate, raw deflate and brotli bodies are decoded."""
+        body = b"<html>" + b"<p>words</p>" * 500 + b"</html>"
+        site.add("/enc", hostile.encoded(body, encoding))
+        response = make().fetch(site.url("/enc"))
+        assert response.body == body and not response.truncated
+
+    def test_user_agent_is_honest(self, site: TLSSite, make: Any) -> None:
+        """The configured User-Agent is sent."""
+        seen: list[str] = []
+
+        def echo(handler: BaseHTTPRequestHandler) -> None:
+            seen.append(handler.headers.get("User-Agent", ""))
+            hostile.serve(handler, Page(b"<p>ua</p>"))
+
+        site.add("/ua", echo)
+        make(user_agent="TestBot/1.0 (+https://example.org)").fetch(site.url("/ua"))
+        assert seen == ["TestBot/1.0 (+https://example.org)"]
+
+    @pytest.mark.parametrize(
+        ("path", "body", "content_type", "expected"),
+        [
+            ("/s1", b"<!DOCTYPE html><html></html>", "", "text/html"),
+            ("/s2", b"WEBVTT\n\n00:00.000 --> 00:01.000\nhi\n", "", "text/vtt"),
+            ("/s3", b"1\n00:00:01,000 --> 00:00:02,000\nhi\n", "", "application/x-subrip"),
+            ("/s4", b"just some words", "", "text/plain"),
+            ("/cap.vtt", b"WEBVTT\n", "application/octet-stream", "text/vtt"),
+            ("/cap.srt", b"1\n", "", "application/x-subrip"),
+            ("/x", b"<p>", "application/xhtml+xml", "application/xhtml+xml"),
+        ],
+    )
+    def test_sniffed_types(
+        self, site: TLSSite, make: Any, path: str, body: bytes, content_type: str, expected: str
+    ) -> None:
+        """Missing or uninformative types are sniffed or taken from .vtt/.srt."""
+        site.page(path, body, content_type)
+        response = make().fetch(site.url(path))
+        assert response.mime_type == expected
+        assert response.mime_type in ALLOWED_MIME_TYPES
+
+
+class TestUnsafe:
+    """Unsafe targets are refused before any dial."""
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "http://127.0.0.1:{port}/",
+            "https://user@127.0.0.1:{port}/",
+            "https://127.0.0.2:{port}/",
+            "https://2130706434:{port}/",
+            "https://[::1]:{port}/",
+            "https://evil.test:{port}/",
+            "https://six.test:{port}/",
+            "https://localhost:{port}/",
+            "https://private.test:{port}/",
+            "https://metadata.test:{port}/",
+            "https://mixed.test:{port}/",
+            "https://mapped.test:{port}/",
+            "https://127.0.0.1:1/",
+        ],
+    )
+    def test_refused_without_dialling(self, site: TLSSite, make: Any, dialer: Any, url: str):
+        """Forbidden schemes, ports, literals and resolutions are unsafe_url, never dialled."""
+        failure = fail(make(), url.format(port=site.port))
+        assert failure.reason is Reason.UNSAFE_URL
+        assert dialer.dialled == []
+
+    @pytest.mark.parametrize(
+        "location",
+        [
+            "https://127.0.0.2:{port}/",
+            "https://[::1]:{port}/",
+            "https://localhost:{port}/",
+            "https://evil.test:{port}/",
+            "https://private.test:{port}/",
+            "http://127.0.0.1:{port}/",
+            "https://127.0.0.1:1/",
+            "https://0x7f000002:{port}/",
+            "file:///etc/passwd",
+        ],
+    )
+    def test_redirect_to_unsafe(self, site: TLSSite, make: Any, dialer: Any, location: str):
+        """A redirect to anything unsafe is unsafe_url and only the first hop is dialled."""
+        url = site.add("/r", hostile.redirect(location.format(port=site.port)))
+        failure = fail(make(), url)
+        assert failure.reason is Reason.UNSAFE_URL
+        assert failure.source_url == url
+        assert {host for host, _ in dialer.dialled} == {"127.0.0.1"}
+
+
+class TestRedirects:
+    """Redirects are followed by hand, at most five."""
+
+    def test_five_redirects_followed(self, site: TLSSite, make: Any) -> None:
+        """Five hops reach the final page, whose URL is reported."""
+        first = hostile.redirect_chain(site, "/c", 5, Page(b"<p>end</p>"))
+        response = make().fetch(first)
+        assert response.url == site.url("/c/5") and response.body == b"<p>end</p>"
+
+    def test_six_redirects_unavailable(self, site: TLSSite, make: Any) -> None:
+        """A sixth redirect is not followed."""
+        first = hostile.redirect_chain(site, "/c", 6, Page(b"<p>end</p>"))
+        assert fail(make(), first).reason is Reason.UNAVAILABLE
+        assert site.hits.get("/c/6") is None
+
+    def test_loop_unavailable(self, site: TLSSite, make: Any) -> None:
+        """A loop ends as unavailable after visiting each URL once."""
+        assert fail(make(), hostile.redirect_loop(site, "/l")).reason is Reason.UNAVAILABLE
+        assert site.hits == {"/l/a": 1, "/l/b": 1}
+
+    def test_redirect_to_named_host(self, site: TLSSite, make: Any) -> None:
+        """A redirect to another allowed name is re-resolved and checked."""
+        site.page("/dest", "<p>d</p>")
+        url = site.add("/go", hostile.redirect(site.url("/dest", host="site.test")))
+        assert make().fetch(url).url == site.url("/dest", host="site.test")
+
+    def test_redirect_without_location(self, site: TLSSite, make: Any) -> None:
+        """A 3xx without Location is unavailable."""
+        url = site.page("/nl", b"", "text/plain", 302)
+        assert fail(make(), url).reason is Reason.UNAVAILABLE
+
+
+class TestBounds:
+    """Time, size and header bounds hold, each within its limit."""
+
+    def test_trickle_hits_total_deadline(self, site: TLSSite, make: Any) -> None:
+        """A drip-fed body ends as timeout at the total deadline, not per read."""
+        url = site.add("/t", hostile.trickle(b"<p>" + b"x" * 500, interval=0.1))
+        failure, elapsed = timed(lambda: make(fetch_total_timeout_seconds=1.0).fetch(url))
+        assert isinstance(failure, FetchFailure) and failure.reason is Reason.TIMEOUT
+        assert elapsed < 1.0 + SLACK
+
+    def test_silent_server_read_timeout(self, site: TLSSite, make: Any) -> None:
+        """A server that never answers times out at the read bound."""
+        url = site.add("/s", hostile.stall(seconds=10))
+        fetcher = make(fetch_read_timeout_seconds=0.5)
+        failure, elapsed = timed(lambda: fetcher.fetch(url))
+        assert isinstance(failure, FetchFailure) and failure.reason is Reason.TIMEOUT
+        assert elapsed < 0.5 + SLACK
+
+    def test_stall_after_headers(self, site: TLSSite, make: Any) -> None:
+        """A body that never comes times out at the read bound."""
+        url = site.add("/sh", hostile.stall(before_headers=False, seconds=10))
+        failure, elapsed = timed(lambda: make(fetch_read_timeout_seconds=0.5).fetch(url))
+        assert isinstance(failure, FetchFailure) and failure.reason is Reason.TIMEOUT
+        assert elapsed < 0.5 + SLACK
+
+    def test_endless_chunked_truncated(self, site: TLSSite, make: Any) -> None:
+        """An endless chunked body stops at the byte bound, truncated."""
+        response, elapsed = timed(lambda: make().fetch(site.add("/e", hostile.endless_chunked())))
+        assert isinstance(response, FetchedResponse)
+        assert response.truncated and len(response.body) == 64 * 1024
+        assert elapsed < SLACK
+
+    def test_slow_endless_chunked_times_out(self, site: TLSSite, make: Any) -> None:
+        """A slow endless body ends at the total deadline."""
+        url = site.add("/se", hostile.endless_chunked(b"<p>x</p>", interval=0.05))
+        failure, elapsed = timed(lambda: make(fetch_total_timeout_seconds=1.0).fetch(url))
+        assert isinstance(failure, FetchFailure) and failure.reason is Reason.TIMEOUT
+        assert elapsed < 1.0 + SLACK
+
+    @pytest.mark.parametrize("size", [64 * 1024, 64 * 1024 + 1])
+    def test_exact_bound(self, site: TLSSite, make: Any, size: int) -> None:
+        """A body of exactly the bound is whole; one byte more is truncated."""
+        url = site.page("/b", b"a" * size, "text/plain")
+        response = make().fetch(url)
+        assert len(response.body) == 64 * 1024
+        assert response.truncated is (size > 64 * 1024)
+
+    @pytest.mark.parametrize("encoding", ["gzip", "deflate", "br"])
+    def test_decompression_bomb_bounded(self, site: TLSSite, make: Any, encoding: str) -> None:
+        """A 256 MiB bomb yields the bounded prefix, truncated, with bounded memory."""
+        handler = hostile.compression_bomb(encoding, 256 * 1024 * 1024)
+        url = site.add("/bomb", handler)
+        fetcher = make(fetch_max_bytes=1024 * 1024)
+        tracemalloc.start()
+        try:
+            response, elapsed = timed(lambda: fetcher.fetch(url))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert isinstance(response, FetchedResponse)
+        assert response.truncated and len(response.body) == 1024 * 1024
+        assert peak < 16 * 1024 * 1024
+        assert elapsed < 3.0
+
+    def test_huge_headers(self, site: TLSSite, make: Any) -> None:
+        """A 256 KiB header block is refused as unavailable."""
+        assert fail(make(), site.add("/hh", hostile.huge_headers())).reason is Reason.UNAVAILABLE
+
+    def test_many_headers(self, site: TLSSite, make: Any) -> None:
+        """A thousand headers are refused as unavailable."""
+        assert fail(make(), site.add("/mh", hostile.many_headers())).reason is Reason.UNAVAILABLE
+
+
+class TestClassification:
+    """Statuses, transport failures and media types map to the contract's reasons."""
+
+    @pytest.mark.parametrize(
+        ("status", "reason"),
+        [
+            (401, Reason.ACCESS_DENIED),
+            (403, Reason.ACCESS_DENIED),
+            (404, Reason.NOT_FOUND),
+            (410, Reason.NOT_FOUND),
+            (400, Reason.UNAVAILABLE),
+            (418, Reason.UNAVAILABLE),
+            (500, Reason.UNAVAILABLE),
+            (503, Reason.UNAVAILABLE),
+            (304, Reason.UNAVAILABLE),
+        ],
+    )
+    def test_status(self, site: TLSSite, make: Any, status: int, reason: Reason) -> None:
+        """Each status class gives its reason, with the URL as source_url."""
+        url = site.page("/st", b"no", "text/plain", status)
+        failure = fail(make(), url)
+        assert (failure.reason, failure.source_url) == (reason, url)
+
+    @pytest.mark.parametrize(
+        ("retry_after", "expected"), [("120", 120), (None, 60), ("soon", 60), ("0", 1)]
+    )
+    def test_429(self, site: TLSSite, make: Any, retry_after: str | None, expected: int) -> None:
+        """429 is rate_limited with Retry-After parsed, clamped or defaulted."""
+        failure = fail(make(), site.add("/rl", hostile.rate_limited(retry_after)))
+        assert failure.reason is Reason.RATE_LIMITED
+        assert failure.retry_after_seconds == expected
+
+    def test_connection_refused(self, site: TLSSite, make: Any) -> None:
+        """Nothing listening is egress_unavailable."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        failure = fail(make(ports=[port]), f"https://127.0.0.1:{port}/")
+        assert failure.reason is Reason.EGRESS_UNAVAILABLE
+
+    def test_dns_failure(self, site: TLSSite, make: Any) -> None:
+        """An unresolvable name is egress_unavailable."""
+        failure = fail(make(), f"https://nowhere.test:{site.port}/")
+        assert failure.reason is Reason.EGRESS_UNAVAILABLE
+
+    def test_untrusted_certificate(self, site: TLSSite, make: Any) -> None:
+        """Without the test CA the TLS handshake fails: egress_unavailable, no retry."""
+        failure = fail(make(ca_bundle=None), site.page("/tls", "<p>x</p>"))
+        assert failure.reason is Reason.EGRESS_UNAVAILABLE
+        assert site.hits.get("/tls") is None
+
+    def test_certificate_checked_against_name(self, site: TLSSite, make: Any) -> None:
+        """A name the certificate does not cover fails even at an allowed address."""
+        site.page("/n", "<p>x</p>")
+        failure = fail(make(), site.url("/n", host="other.test"))
+        assert failure.reason is Reason.EGRESS_UNAVAILABLE
+
+    @pytest.mark.parametrize("content_type", ["image/png", "application/pdf", "application/json"])
+    def test_unsupported_type(self, site: TLSSite, make: Any, content_type: str) -> None:
+        """Declared types outside the schema enum are unsupported_media."""
+        failure = fail(make(), site.page("/u", b"data", content_type))
+        assert failure.reason is Reason.UNSUPPORTED_MEDIA
+
+    @pytest.mark.parametrize("kind", sorted(hostile.BINARY_SAMPLES))
+    def test_binary_lies(self, site: TLSSite, make: Any, kind: str) -> None:
+        """Binary bodies served as text/html are unsupported_media."""
+        failure = fail(make(), site.add("/lie", hostile.binary_as(kind)))
+        assert failure.reason is Reason.UNSUPPORTED_MEDIA
+
+    def test_unknown_content_encoding(self, site: TLSSite, make: Any) -> None:
+        """An encoding we did not offer is unavailable."""
+        url = site.page("/z", b"x", "text/html", headers={"Content-Encoding": "zstd"})
+        assert fail(make(), url).reason is Reason.UNAVAILABLE
+
+
+class TestDecodeBody:
+    """decode_body picks BOM, header charset, meta charset, then UTF-8."""
+
+    @pytest.mark.parametrize(
+        ("body", "charset", "expected"),
+        [
+            ("héllo".encode(), None, "héllo"),
+            ("héllo".encode("latin-1"), "iso-8859-1", "héllo"),
+            (b"\xef\xbb\xbfh\xc3\xa9", "latin-1", "hé"),
+            ("hé".encode("utf-16"), None, "hé"),
+            (
+                '<meta charset="windows-1252"><p>\x93q\x94'.encode("latin-1"),
+                None,
+                '<meta charset="windows-1252"><p>\u201cq\u201d',
+            ),
+            (b"<meta charset=utf-16><p>x", None, "<meta charset=utf-16><p>x"),
+            (b"\xfd bad", "no-such-codec", "\ufffd bad"),
+            (b"a+ADw-b", "utf-7", "a+ADw-b"),
+            (b"\xc3\x28", None, "\ufffd("),
+        ],
+    )
+    def test_decode(self, body: bytes, charset: str | None, expected: str) -> None:
+        """Each source of truth is honoured in order, unknown/unsafe codecs fall back."""
+        assert decode_body(body, charset).endswith(expected)
