@@ -241,3 +241,18 @@ class TestBoundMarkup:
     def test_parse_html_empty(self) -> None:
         """Nothing to parse gives None."""
         assert parse_html("   ") is None
+
+
+class TestExtractionQuality:
+    """The labelled bench set guards extraction quality."""
+
+    def test_not_worse_than_plain_trafilatura(self) -> None:
+        """On bench/data/extraction our precision and recall are at least plain trafilatura's."""
+        from bench.extraction_quality import load, ours, plain, score
+
+        pages = load()
+        assert len(pages) >= 20
+        service, baseline = score("ours", ours, pages, 0), score("plain", plain, pages, 0)
+        assert service.precision >= baseline.precision
+        assert service.recall >= baseline.recall
+        assert service.f1 >= 0.95
