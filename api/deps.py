@@ -13,10 +13,11 @@ from worker.db import session_scope
 
 
 def _session() -> Iterator[Session]:
-    with session_scope() as session:
+    with session_scope(readonly=True) as session:
         yield session
 
 
+#: A read-only session for the request; writes go through `worker.db.with_transient_retry`.
 SessionDep = Annotated[Session, Depends(_session)]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -44,7 +45,10 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # Readers take no lock (WAL gives them a snapshot); writers queue for the lock up front,
+        # so two writers never deadlock upgrading a shared lock.
+        readonly = connection.get_execution_options().get("readonly", False)
+        connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
 
 def make_engine(url: str) -> Engine:
@@ -52,7 +56,9 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         path = sa.engine.make_url(url).database
         if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            # An unusable folder surfaces as the driver's OperationalError on connect (a 503).
+            with contextlib.suppress(OSError):
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = sa.create_engine(
             url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False}
         )
@@ -77,14 +83,19 @@ def get_engine() -> Engine:
 
 
 @lru_cache
-def _session_factory() -> sessionmaker[Session]:
-    return sessionmaker(get_engine(), expire_on_commit=False)
+def _session_factory(readonly: bool = False) -> sessionmaker[Session]:
+    engine = get_engine()
+    bind = engine.execution_options(readonly=True) if readonly else engine
+    return sessionmaker(bind, expire_on_commit=False)
 
 
 @contextmanager
-def session_scope() -> Iterator[Session]:
-    """A session whose transaction commits on success and rolls back on error."""
-    session = _session_factory()()
+def session_scope(readonly: bool = False) -> Iterator[Session]:
+    """A session whose transaction commits on success and rolls back on error.
+
+    `readonly=True` is for sessions that only read: on SQLite they take no write lock.
+    """
+    session = _session_factory(readonly)()
     try:
         with session.begin():
             yield session

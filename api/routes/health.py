@@ -22,7 +22,7 @@ def readyz() -> JSONResponse:
     """Ready when the database and the broker are reachable; reports the oldest open work."""
     checks: dict[str, Any] = {"database": False, "broker": outbox.broker_reachable()}
     try:
-        with db.session_scope() as session:
+        with db.session_scope(readonly=True) as session:
             session.execute(sa.text("SELECT 1"))
             checks["database"] = True
             checks["oldest_age_seconds"] = store.oldest_open_age(session, clock.now())
