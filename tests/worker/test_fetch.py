@@ -405,3 +405,33 @@ class TestDecodeBody:
     def test_decode(self, body: bytes, charset: str | None, expected: str) -> None:
         """Each source of truth is honoured in order, unknown/unsafe codecs fall back."""
         assert decode_body(body, charset).endswith(expected)
+
+
+class TestRebinding:
+    """A name is resolved once per connection and the checked address is the one dialled."""
+
+    def test_single_resolution(self, site: TLSSite, tmp_path: Path) -> None:
+        """The first answer is checked and dialled; a later (private) answer never is."""
+        answers = [["127.0.0.1"]]
+        calls: list[str] = []
+
+        def rebinding(host: str, port: int) -> list[str]:
+            calls.append(host)
+            return answers[0] if len(calls) == 1 else ["10.0.0.1"]
+
+        site.page("/rb", "<p>rb</p>")
+        ca = site.write_ca(tmp_path / "ca.pem")
+        dialer = hostile.LoopbackOnlyDialer()
+        settings = hostile.fetch_settings([site.port], ca_bundle=ca)
+        fetcher = Fetcher(settings, resolver=rebinding, dialer=dialer)  # type: ignore[arg-type]
+        try:
+            assert fetcher.fetch(site.url("/rb", host="site.test")).body == b"<p>rb</p>"
+            assert calls == ["site.test"]
+            assert dialer.dialled == [("127.0.0.1", site.port)]
+            fetcher.client.close()
+            fetcher = Fetcher(settings, resolver=rebinding, dialer=dialer)  # type: ignore[arg-type]
+            failure = fail(fetcher, site.url("/rb", host="site.test"))
+            assert failure.reason is Reason.UNSAFE_URL
+            assert dialer.dialled == [("127.0.0.1", site.port)]
+        finally:
+            fetcher.close()

@@ -1,0 +1,154 @@
+"""Politeness through Redis: shared back-off after 429, per-host slots, degrading open."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.support import hostile
+from tests.support.tls_site import TLSSite
+from worker.fetch import Fetcher
+from worker.fetch_types import FetchFailure
+from worker.politeness import Politeness, SharedState
+from worker.reasons import Reason
+
+UNREACHABLE_REDIS = "redis://127.0.0.1:1/15"
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis() -> Iterator[None]:
+    client = redis.Redis.from_url(hostile.TEST_REDIS_URL)
+    client.flushdb()
+    yield
+    client.flushdb()
+
+
+@pytest.fixture
+def site() -> Iterator[TLSSite]:
+    with TLSSite() as running:
+        running.page("/ok", "<p>ok</p>")
+        yield running
+
+
+@pytest.fixture
+def make(site: TLSSite, tmp_path: Path) -> Iterator[Any]:
+    made: list[Fetcher] = []
+    ca = site.write_ca(tmp_path / "ca.pem")
+
+    def build(politeness: Politeness | None = None, **overrides: Any) -> Fetcher:
+        settings = hostile.fetch_settings([site.port], ca_bundle=ca, **overrides)
+        fetcher = Fetcher(
+            settings,  # type: ignore[arg-type]
+            dialer=hostile.LoopbackOnlyDialer(),  # type: ignore[arg-type]
+            politeness=politeness,
+        )
+        made.append(fetcher)
+        return fetcher
+
+    yield build
+    for fetcher in made:
+        fetcher.close()
+
+
+def failure_of(fetcher: Fetcher, url: str) -> FetchFailure:
+    with pytest.raises(FetchFailure) as caught:
+        fetcher.fetch(url)
+    return caught.value
+
+
+class TestBackoff:
+    """A 429 makes every fetcher leave the host alone until Retry-After passes."""
+
+    def test_shared_across_fetchers(self, site: TLSSite, make: Any) -> None:
+        """After a 429, another Fetcher answers rate_limited without touching the host."""
+        site.add("/busy", hostile.rate_limited("120"))
+        first = failure_of(make(), site.url("/busy"))
+        assert (first.reason, first.retry_after_seconds) == (Reason.RATE_LIMITED, 120)
+        second = failure_of(make(), site.url("/ok"))
+        assert second.reason is Reason.RATE_LIMITED
+        assert second.retry_after_seconds is not None and 115 <= second.retry_after_seconds <= 120
+        assert "/ok" not in site.hits
+
+    def test_expires(self, site: TLSSite, make: Any) -> None:
+        """Once Retry-After has passed, the host is fetched again."""
+        site.add("/busy", hostile.rate_limited("1"))
+        fetcher = make()
+        assert failure_of(fetcher, site.url("/busy")).reason is Reason.RATE_LIMITED
+        assert failure_of(fetcher, site.url("/ok")).retry_after_seconds == 1
+        time.sleep(1.1)
+        assert fetcher.fetch(site.url("/ok")).body == b"<p>ok</p>"
+
+    def test_other_hosts_unaffected(self, site: TLSSite, make: Any) -> None:
+        """A back-off on one origin does not touch another."""
+        state = SharedState(hostile.TEST_REDIS_URL)
+        Politeness(state).record_backoff("https://example.org:443", 100)
+        assert make().fetch(site.url("/ok")).body == b"<p>ok</p>"
+
+    def test_never_shortened(self) -> None:
+        """A shorter Retry-After does not cut an existing longer back-off."""
+        politeness = Politeness(SharedState(hostile.TEST_REDIS_URL))
+        politeness.record_backoff("https://h:443", 100)
+        politeness.record_backoff("https://h:443", 5)
+        remaining = politeness.backoff_remaining("https://h:443")
+        assert remaining is not None and remaining > 90
+
+
+class TestSlots:
+    """At most per_host_limit fetches of one host run at once, fleet-wide."""
+
+    def test_full_host_waits_then_rate_limited(self, site: TLSSite, make: Any) -> None:
+        """With every slot taken, a fetch waits out its deadline and is rate_limited."""
+        politeness = Politeness(SharedState(hostile.TEST_REDIS_URL), per_host_limit=1)
+        fetcher = make(politeness=politeness, fetch_total_timeout_seconds=0.5)
+        origin = f"https://127.0.0.1:{site.port}"
+        start = time.monotonic()
+        with politeness.slot(origin, 0):
+            failure = failure_of(fetcher, site.url("/ok"))
+        assert failure.reason is Reason.RATE_LIMITED and failure.retry_after_seconds
+        assert time.monotonic() - start < 2.0
+        assert "/ok" not in site.hits
+
+    def test_slot_released(self, site: TLSSite, make: Any) -> None:
+        """Slots are given back after each fetch, success or failure."""
+        politeness = Politeness(SharedState(hostile.TEST_REDIS_URL), per_host_limit=1)
+        fetcher = make(politeness=politeness)
+        for _ in range(3):
+            fetcher.fetch(site.url("/ok"))
+        assert failure_of(fetcher, site.url("/missing")).reason is Reason.NOT_FOUND
+        client = redis.Redis.from_url(hostile.TEST_REDIS_URL)
+        assert client.zcard(f"evidence:slots:https://127.0.0.1:{site.port}") == 0
+
+    def test_crashed_holder_expires(self) -> None:
+        """A slot whose holder died is reclaimed after its lease."""
+        politeness = Politeness(
+            SharedState(hostile.TEST_REDIS_URL), per_host_limit=1, slot_lease_seconds=0.3
+        )
+        assert politeness._acquire("evidence:slots:x", "dead-holder")
+        assert not politeness._acquire("evidence:slots:x", "waiting")
+        time.sleep(0.35)
+        with politeness.slot("x", 0):
+            pass
+
+
+class TestRedisDown:
+    """An unreachable Redis never fails a fetch."""
+
+    def test_fetch_degrades_open(self, site: TLSSite, make: Any) -> None:
+        """With Redis unreachable, fetches (and robots.txt) proceed."""
+        site.page("/robots.txt", "User-agent: *\nDisallow:\n", "text/plain")
+        fetcher = make(redis_url=UNREACHABLE_REDIS, robots_txt=True)
+        start = time.monotonic()
+        assert fetcher.fetch(site.url("/ok")).body == b"<p>ok</p>"
+        assert fetcher.fetch(site.url("/ok")).body == b"<p>ok</p>"
+        assert time.monotonic() - start < 3.0
+
+    def test_429_with_redis_down(self, site: TLSSite, make: Any) -> None:
+        """A 429 is still reported when its back-off cannot be shared."""
+        site.add("/busy", hostile.rate_limited("30"))
+        failure = failure_of(make(redis_url=UNREACHABLE_REDIS), site.url("/busy"))
+        assert (failure.reason, failure.retry_after_seconds) == (Reason.RATE_LIMITED, 30)
