@@ -1,0 +1,44 @@
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+PYTEST := $(PY) -m pytest
+
+help:  ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed  ## Create the venv and install the project with its dev tools
+
+run: install  ## Run the whole service here: API, worker, beat and Flower (SQLite + local Redis)
+	./deploy/ensure-services.sh
+	EVIDENCE=$(BIN)/evidence ./deploy/dev-env.sh
+	set -a && . var/dev.env && set +a && PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho -f deploy/Procfile -d . start
+
+test: install  ## Run the test suite: PostgreSQL, then the lifecycle and read side on SQLite
+	./deploy/ensure-services.sh --postgres
+	$(PYTEST) -q -m "not fault"
+	$(PYTEST) -q --db sqlite -m "not fault" tests/lifecycle $(wildcard tests/read)
+
+test-faults: install  ## Run the fault-injection suite against the real services
+	./deploy/ensure-services.sh --postgres
+	$(PYTEST) -q -m fault
+
+lint: install  ## Ruff lint and format check
+	$(BIN)/ruff check api worker tests bench
+	$(BIN)/ruff format --check api worker tests bench
+
+format: install  ## Format the code
+	$(BIN)/ruff format api worker tests bench
+	$(BIN)/ruff check --fix api worker tests bench
+
+migrate: install  ## Apply the migrations to EVIDENCE_DATABASE_URL
+	$(BIN)/evidence migrate
+
+.PHONY: help install run test test-faults lint format migrate
