@@ -14,6 +14,8 @@ import socket
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -26,6 +28,9 @@ from worker.fetch_guard import IPAddress, Network, check_addresses, parse_host_l
 from worker.fetch_guard import Verdict as _Verdict
 
 Resolver = Callable[[str, int], list[str]]
+
+#: Threads for DNS lookups (a lookup that hangs holds one until the system resolver gives up).
+_RESOLVER_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="egress-dns")
 
 _deadline: ContextVar[float | None] = ContextVar("fetch_deadline", default=None)
 
@@ -117,7 +122,15 @@ class GuardedBackend(httpcore.NetworkBackend):
         self.resolver = resolver or system_resolver
         self.dialer = dialer or httpcore.SyncBackend()
 
-    def checked_addresses(self, host: str, port: int) -> list[str]:
+    def _resolve(self, host: str, port: int, timeout: float | None) -> list[str]:
+        """Run the resolver in a helper thread so a hung DNS lookup obeys the connect bound."""
+        future = _RESOLVER_POOL.submit(self.resolver, host, port)
+        try:
+            return future.result(timeout=_bounded(timeout, httpcore.ConnectTimeout))
+        except FutureTimeout as exc:
+            raise httpcore.ConnectTimeout(f"DNS lookup of {host} timed out") from exc
+
+    def checked_addresses(self, host: str, port: int, timeout: float | None = None) -> list[str]:
         """The addresses to dial for `host`, or EgressBlocked / ResolutionFailed."""
         if port not in self.allowed_ports:
             raise EgressBlocked(f"port not allowed: {port}")
@@ -126,7 +139,7 @@ class GuardedBackend(httpcore.NetworkBackend):
             raise EgressBlocked(literal.reason)
         addresses: list[str] | list[IPAddress]
         try:
-            addresses = [literal] if literal is not None else self.resolver(host, port)
+            addresses = [literal] if literal is not None else self._resolve(host, port, timeout)
         except OSError as exc:
             raise ResolutionFailed(f"{host}: {exc}") from exc
         verdict = check_addresses(addresses, self.allow_cidrs)
@@ -142,7 +155,7 @@ class GuardedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
-        addresses = self.checked_addresses(host, port)
+        addresses = self.checked_addresses(host, port, timeout)
         failure: Exception | None = None
         for address in addresses:
             try:

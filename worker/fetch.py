@@ -196,7 +196,7 @@ class Fetcher:
         return FetchedResponse(
             url=target.url,
             status_code=response.status_code,
-            headers={k.lower(): v for k, v in response.headers.items()},
+            headers={k.lower(): v for k, v in response.headers.multi_items()},
             body=body,
             truncated=truncated,
             mime_type=mime,

@@ -241,13 +241,6 @@ def check_url(url: str, allowed_ports: list[int] | frozenset[int]) -> ParsedTarg
     return ParsedTarget(url=normalised, host=host, port=port, path=path_query, ip=literal)
 
 
-def embedded_ipv4(ip: IPv6Address) -> IPv4Address | None:
-    """The IPv4 address a 6to4 address carries (None for other IPv6 addresses)."""
-    if ip in _SIX_TO_FOUR:
-        return ip.sixtofour
-    return None
-
-
 def check_address(
     ip: IPAddress | str, allow_cidrs: list[Network] | tuple[Network, ...] = ()
 ) -> Verdict:
@@ -267,12 +260,10 @@ def check_address(
     for network, label in BLOCKED_NETWORKS:
         if ip.version == network.version and ip in network:
             return Verdict(False, f"{ip} is {label} ({network})")
-    if isinstance(ip, IPv6Address):
-        inner = embedded_ipv4(ip)
-        if inner is not None:
-            verdict = check_address(inner)
-            if not verdict.allowed:
-                return Verdict(False, f"{ip} embeds {verdict.reason}")
+    if isinstance(ip, IPv6Address) and ip in _SIX_TO_FOUR and ip.sixtofour is not None:
+        verdict = check_address(ip.sixtofour)
+        if not verdict.allowed:
+            return Verdict(False, f"{ip} embeds {verdict.reason}")
     if not ip.is_global or ip.is_multicast:
         return Verdict(False, f"{ip} is not globally routable")
     return Verdict(True)

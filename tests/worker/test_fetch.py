@@ -6,6 +6,7 @@ import socket
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import redis
 from tests.support import hostile
 from tests.support.tls_site import Page, TLSSite
 from worker.fetch import ALLOWED_MIME_TYPES, Fetcher, decode_body
+from worker.fetch_errors import parse_content_type, parse_retry_after
 from worker.fetch_types import FetchedResponse, FetchFailure
 from worker.reasons import Reason
 
@@ -435,3 +437,69 @@ class TestRebinding:
             assert dialer.dialled == [("127.0.0.1", site.port)]
         finally:
             fetcher.close()
+
+
+class TestSlowDns:
+    """A hung DNS lookup obeys the connect bound."""
+
+    def test_dns_timeout(self, site: TLSSite, tmp_path: Path) -> None:
+        """A resolver that never answers ends as timeout within the connect bound."""
+
+        def hung(host: str, port: int) -> list[str]:
+            time.sleep(3)
+            return ["127.0.0.1"]
+
+        ca = site.write_ca(tmp_path / "ca.pem")
+        settings = hostile.fetch_settings(
+            [site.port], ca_bundle=ca, fetch_connect_timeout_seconds=0.5
+        )
+        dialer = hostile.LoopbackOnlyDialer()
+        fetcher = Fetcher(settings, resolver=hung, dialer=dialer)  # type: ignore[arg-type]
+        try:
+            failure, elapsed = timed(lambda: fetcher.fetch(site.url("/x", host="site.test")))
+        finally:
+            fetcher.close()
+        assert isinstance(failure, FetchFailure) and failure.reason is Reason.TIMEOUT
+        assert elapsed < 0.5 + SLACK and dialer.dialled == []
+
+
+class TestRetryAfterAndContentType:
+    """Pure header parsing used by classification."""
+
+    NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+    @pytest.mark.parametrize(
+        ("value", "expected"),
+        [
+            ("30", 30),
+            ("0", 1),
+            ("999999999", 86_400),
+            ("-5", 60),
+            ("1.5", 60),
+            ("", 60),
+            (None, 60),
+            ("Wed, 01 Jan 2025 12:02:00 GMT", 120),
+            ("Wed, 01 Jan 2025 11:00:00 GMT", 1),
+            ("Fri, 01 Jan 2100 00:00:00 GMT", 86_400),
+            ("Wed, 99 Foo 2025", 60),
+        ],
+    )
+    def test_retry_after(self, value: str | None, expected: int) -> None:
+        """Delta seconds or HTTP-date, clamped to 1..86400, 60 when absent or garbage."""
+        assert parse_retry_after(value, now=self.NOW) == expected
+
+    @pytest.mark.parametrize(
+        ("header", "expected"),
+        [
+            ("text/html; charset=UTF-8", ("text/html", "utf-8")),
+            ('TEXT/HTML;Charset="windows-1252"', ("text/html", "cp1252")),
+            ("text/plain; charset=utf-7", ("text/plain", None)),
+            ("text/plain; charset=base64", ("text/plain", None)),
+            ("text/plain; charset=bogus", ("text/plain", None)),
+            ("", (None, None)),
+            (None, (None, None)),
+        ],
+    )
+    def test_content_type(self, header: str | None, expected: tuple[str | None, ...]) -> None:
+        """Media type lower-cased; charset kept only if it is a safe text codec."""
+        assert parse_content_type(header) == expected
