@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -105,6 +106,62 @@ def keys_create(
     )
     typer.echo(f"created a key for {len(workspace)} workspace(s); it is shown only once:", err=True)
     typer.echo(secret)
+
+
+@app.command()
+def enqueue(
+    file: Annotated[
+        str,
+        typer.Argument(help="URL list: .csv, .jsonl/.ndjson, else one URL per line; - for stdin."),
+    ],
+    workspace: Annotated[uuid.UUID, typer.Option(help="Workspace the retrievals belong to.")],
+    kind: Annotated[str, typer.Option(help="Default kind: url_text or published_captions.")],
+    language: Annotated[
+        str | None, typer.Option(help="Default language tag (e.g. en, pt-BR).")
+    ] = None,
+    api: Annotated[
+        str, typer.Option(envvar="EVIDENCE_API_URL", help="Base URL of the evidence API.")
+    ] = "http://127.0.0.1:8000",
+    key: Annotated[
+        str, typer.Option(envvar="EVIDENCE_API_KEY", show_default=False, help="API key (Bearer).")
+    ] = "",
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight at once.")] = 8,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Poll until every retrieval is settled.")
+    ] = False,
+    out: Annotated[
+        Path | None, typer.Option(help="Write one JSON line per input line (results with --wait).")
+    ] = None,
+    batch: Annotated[
+        str | None,
+        typer.Option(help="Label mixed into mutation ids; a new label fetches the URLs again."),
+    ] = None,
+    poll_interval: Annotated[
+        float, typer.Option(help="First poll interval in seconds with --wait; grows gently.")
+    ] = 1.0,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="With --wait, stop waiting after this many seconds; count unsettled."),
+    ] = None,
+) -> None:
+    """Submit a batch of URLs; re-running the same file resumes without duplicates."""
+    from api.enqueue import EnqueueOptions, run_enqueue
+
+    options = EnqueueOptions(
+        file=file,
+        workspace=workspace,
+        kind=kind,
+        language=language,
+        api=api,
+        key=key,
+        concurrency=concurrency,
+        wait=wait,
+        out=out,
+        batch=batch,
+        poll_interval=poll_interval,
+        timeout=timeout,
+    )
+    raise typer.Exit(run_enqueue(options))
 
 
 if __name__ == "__main__":
