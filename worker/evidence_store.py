@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
@@ -19,6 +20,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from worker.models import Evidence, EvidenceRevision
+
+if TYPE_CHECKING:
+    from worker.images import ImageRef
 
 E = Evidence.__table__.c  # type: ignore[attr-defined]
 R = EvidenceRevision.__table__.c  # type: ignore[attr-defined]
@@ -61,8 +65,12 @@ def record(
     requested_url: str,
     result: dict[str, Any],
     now: datetime,
+    images: Sequence[ImageRef] = (),
 ) -> tuple[uuid.UUID, int]:
-    """Upsert the evidence item for `result` and return (evidence_id, revision) it names."""
+    """Upsert the evidence item for `result` and return (evidence_id, revision) it names.
+
+    A new revision is split into passages and its page's `images` recorded (read side).
+    """
     provenance = result["provenance"]
     url_key = normalise_url(provenance["source_url"] or requested_url)
     language = (provenance["language"] or "").lower()
@@ -111,6 +119,9 @@ def record(
         )
     )
     session.execute(sa.update(Evidence).where(E.id == evidence.id).values(latest_revision=revision))
+    from worker.read_index import index_revision
+
+    index_revision(session, workspace_id, evidence.id, revision, result, images)
     return evidence.id, revision
 
 

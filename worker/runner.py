@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from celery.exceptions import SoftTimeLimitExceeded
@@ -14,6 +14,9 @@ from worker.fetch import Fetcher
 from worker.reasons import Reason
 from worker.results import failure_result
 from worker.settings import get_settings
+
+if TYPE_CHECKING:
+    from worker.assets import PipelineOutput
 
 log = structlog.get_logger(__name__)
 
@@ -34,15 +37,20 @@ def reset_fetcher() -> None:
     _fetcher = None
 
 
-def produce_result(claim: store.Claim) -> dict[str, Any]:
-    """Fetch and extract: the content step. Never raises for a source's misbehaviour."""
-    from worker.pipeline import run_pipeline
+def produce_output(claim: store.Claim) -> PipelineOutput:
+    """Fetch and extract: the content step, with the page's images. Never raises for a source."""
+    from worker.assets import PipelineOutput, run_pipeline_with_assets
 
     try:
-        return run_pipeline(get_fetcher(), claim.url, claim.kind, claim.language)  # type: ignore[arg-type]
+        return run_pipeline_with_assets(get_fetcher(), claim.url, claim.kind, claim.language)  # type: ignore[arg-type]
     except SoftTimeLimitExceeded:
         log.warning("soft_time_limit")
-        return failure_result(claim.kind, Reason.TIMEOUT, clock.now())  # type: ignore[arg-type]
+        return PipelineOutput(failure_result(claim.kind, Reason.TIMEOUT, clock.now()))  # type: ignore[arg-type]
+
+
+def produce_result(claim: store.Claim) -> dict[str, Any]:
+    """Fetch and extract: the content step. Never raises for a source's misbehaviour."""
+    return produce_output(claim).result
 
 
 def run_retrieval(retrieval_id: uuid.UUID) -> str:
@@ -53,9 +61,13 @@ def run_retrieval(retrieval_id: uuid.UUID) -> str:
     if claim is None:
         log.info("claim_skipped")
         return "skipped"
+    structlog.contextvars.bind_contextvars(workspace_id=str(claim.workspace_id))
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
-    result = produce_result(claim)
-    settled = db.with_transient_retry(lambda s: store.settle(s, claim, result, clock.now()))
+    output = produce_output(claim)
+    result = output.result
+    settled = db.with_transient_retry(
+        lambda s: store.settle(s, claim, result, clock.now(), output.images)
+    )
     log.info(
         "settled" if settled else "settle_fenced",
         attempt=claim.attempt,

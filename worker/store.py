@@ -8,9 +8,10 @@ freely: the database lets exactly one of them win.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -21,6 +22,9 @@ from worker.models import Retrieval
 from worker.results import cancelled_result, has_content
 from worker.states import RetrievalState as S
 from worker.states import sources_of
+
+if TYPE_CHECKING:
+    from worker.images import ImageRef
 
 T = Retrieval.__table__.c  # type: ignore[attr-defined]
 
@@ -54,6 +58,7 @@ class Claim:
     url: str
     kind: str
     language: str | None
+    workspace_id: uuid.UUID | None = None
 
 
 def _insert(session: Session) -> Any:
@@ -123,15 +128,23 @@ def claim(
         sa.update(Retrieval)
         .where(T.id == retrieval_id, T.state == S.PENDING.value, T.valid_until > now)
         .values(state=S.RUNNING.value, attempt=T.attempt + 1, lease_until=now + lease)
-        .returning(T.attempt, T.url, T.kind, T.language)
+        .returning(T.attempt, T.url, T.kind, T.language, T.workspace_id)
     ).one_or_none()
     if row is None:
         expire_due(session, now, retrieval_id)
         return None
-    return Claim(retrieval_id, row.attempt, row.url, row.kind, row.language or None)
+    return Claim(
+        retrieval_id, row.attempt, row.url, row.kind, row.language or None, row.workspace_id
+    )
 
 
-def settle(session: Session, claim: Claim, result: dict[str, Any], now: datetime) -> bool:
+def settle(
+    session: Session,
+    claim: Claim,
+    result: dict[str, Any],
+    now: datetime,
+    images: Sequence[ImageRef] = (),
+) -> bool:
     """Record the outcome of `claim`; False when the claim was fenced off (cancel, expiry, re-run).
 
     The UPDATE only matches the attempt that claimed, so a late zombie writes nothing; the
@@ -151,7 +164,7 @@ def settle(session: Session, claim: Claim, result: dict[str, Any], now: datetime
         return False
     if has_content(result):
         evidence_id, revision = evidence_store.record(
-            session, won.workspace_id, claim.kind, won.url, result, now
+            session, won.workspace_id, claim.kind, won.url, result, now, images
         )
         session.execute(
             sa.update(Retrieval)
