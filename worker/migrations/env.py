@@ -12,7 +12,7 @@ config = context.config
 target_metadata = SQLModel.metadata
 
 
-def _include_object(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
+def _include_object(_obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
     """Leave the hand-written full-text objects of migration 0002 out of autogenerate."""
     if type_ == "table" and reflected and compare_to is None and "_fts" in (name or ""):
         return False
