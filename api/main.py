@@ -2,21 +2,24 @@
 
 from fastapi import FastAPI
 
-from api import errors
+from api import errors, metrics
+from api.middleware import RequestMetrics
 from api.routes import evidence, health, retrievals
 
 
 def create_app() -> FastAPI:
-    """Build the app: routes and the error envelope."""
+    """Build the app: routes, the error envelope, request metrics and /metrics."""
     app = FastAPI(
         title="Evidence retrieval service",
         version="0.1.0",
         description="Fetch public pages and caption files into immutable evidence revisions.",
     )
     errors.install(app)
+    app.add_middleware(RequestMetrics)
     app.include_router(health.router)
     app.include_router(retrievals.router)
     app.include_router(evidence.router)
+    app.include_router(metrics.router)
     return app
 
 

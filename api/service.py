@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from api.auth import Principal
 from api.errors import invalid_input, not_found
+from api.metrics import RETRIEVALS_CREATED
 from api.payloads import evidence_payload, retrieval_payload
 from api.schemas import RetrieveRequest
 from worker import clock, db, evidence_store, outbox, store
@@ -41,9 +42,12 @@ def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[di
             status=409,
         ) from None
     if created:
-        log.info("retrieval_created", retrieval_id=str(row.id), workspace_id=str(row.workspace_id))
-        if outbox.publish([row.id]):
-            db.with_transient_retry(lambda s: store.mark_published(s, [row.id], clock.now()))
+        RETRIEVALS_CREATED.labels(row.kind).inc()
+        ids = {"retrieval_id": str(row.id), "workspace_id": str(row.workspace_id)}
+        with structlog.contextvars.bound_contextvars(**ids):
+            log.info("retrieval_created", kind=row.kind)
+            if outbox.publish([row.id]):
+                db.with_transient_retry(lambda s: store.mark_published(s, [row.id], clock.now()))
     return retrieval_payload(row), created
 
 

@@ -11,6 +11,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from worker import clock, db, store
 from worker.fetch import Fetcher
+from worker.metrics import MeteredFetcher
 from worker.reasons import Reason
 from worker.results import failure_result
 from worker.settings import get_settings
@@ -42,7 +43,8 @@ def produce_output(claim: store.Claim) -> PipelineOutput:
     from worker.assets import PipelineOutput, run_pipeline_with_assets
 
     try:
-        return run_pipeline_with_assets(get_fetcher(), claim.url, claim.kind, claim.language)  # type: ignore[arg-type]
+        fetcher = MeteredFetcher(get_fetcher())
+        return run_pipeline_with_assets(fetcher, claim.url, claim.kind, claim.language)  # type: ignore[arg-type]
     except SoftTimeLimitExceeded:
         log.warning("soft_time_limit")
         return PipelineOutput(failure_result(claim.kind, Reason.TIMEOUT, clock.now()))  # type: ignore[arg-type]
