@@ -5,17 +5,8 @@ iterator, so a 10 000-line file never holds more than `concurrency` requests or 
 line is POSTed with its deterministic mutation_id: re-running a file after a crash or Ctrl-C gets
 200 for what the server already has and creates only the rest. With `wait`, a second phase polls
 `GET .../retrievals/{id}` in rounds (same bound; the interval grows 1.5x per round up to 15 s)
-until every retrieval is settled or `timeout` seconds pass.
-
-Answers: 202/200 submitted. 401/403 stop the batch (the key is wrong; nothing else will work).
-503 (and 429/500/502/504, which proxies also send) and transport errors (connect, read, timeouts,
-dropped connections) are retried with capped exponential back-off, full jitter and at least
-Retry-After, then the line counts as failed to submit; retrying a POST is safe because the server
-deduplicates on the mutation_id. Any other answer (400/409/422...) rejects that line only.
-
-The out file gets one JSON line per entry (blank and comment lines are not entries), in the order
-entries finish, each carrying its `line` number: `{"line", "url", "mutation_id", "retrieval"}` or
-`{"line", "url", ["mutation_id"], "error"}`. Without `wait` the retrieval is the POST's answer.
+until every retrieval is settled or `timeout` seconds pass. How answers are retried:
+`api.enqueue_http`; the out file and the summary: `api.enqueue_report`.
 
 Exit codes (the policy: "did every line get into the service?", not "did every fetch work?"):
     0    every entry was valid and submitted (created or already known), whatever the results
@@ -29,22 +20,26 @@ Progress, per-line problems and the closing summary go to `console` (stderr by d
 from __future__ import annotations
 
 import asyncio
-import json
-import random
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar
 from uuid import UUID
 
 import httpx
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from api.enqueue_http import (
+    AUTH_STATUSES,
+    RETRY_STATUSES,
+    AuthError,
+    RetryPolicy,
+    auth_message,
+    backoff_delay,
+    error_of,
+    parse_retry_after,
+    retrieval_of,
+)
 from api.enqueue_input import (
     STDIN,
     InputError,
@@ -55,30 +50,18 @@ from api.enqueue_input import (
     mutation_id,
     read_input,
 )
+from api.enqueue_report import EXIT_INTERRUPTED, EXIT_USAGE, Report, Tally, exit_code, summary_table
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 DEFAULT_CONCURRENCY = 8
 RETRIEVE_PATH = "/research-api/evidence/retrieve"
 RETRIEVAL_PATH = "/research-api/evidence/retrievals/{id}"
 UNSETTLED_STATES = frozenset({"pending", "running"})
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-AUTH_STATUSES = frozenset({401, 403})
 REQUEST_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 POLL_BACKOFF = 1.5  # each poll round waits 1.5x longer than the last...
 MAX_POLL_INTERVAL = 15.0  # ...up to 15 s (or poll_interval, if larger)
 PLAIN_PROGRESS_SECONDS = 5.0  # how often a non-terminal console gets a progress line
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How often and how patiently a transient failure is retried."""
-
-    attempts: int = 5
-    base_delay: float = 0.5  # seconds before the 2nd attempt, doubling after
-    max_delay: float = 30.0
-    max_retry_after: float = 60.0  # a longer Retry-After is capped here to keep runs bounded
 
 
 @dataclass
@@ -101,49 +84,6 @@ class EnqueueOptions:
     console: Console | None = None
 
 
-class AuthError(Exception):
-    """Raised when the API refuses the key (401/403): the batch cannot go on."""
-
-
-@dataclass
-class Tally:
-    """Counts for the progress line, the summary table and the exit code."""
-
-    read: int = 0
-    invalid: int = 0
-    created: int = 0
-    known: int = 0
-    rejected: int = 0
-    gave_up: int = 0
-    settled: int = 0
-    unsettled: int = 0
-    lost: int = 0
-    states: Counter[str] = field(default_factory=Counter)
-    statuses: Counter[str] = field(default_factory=Counter)
-    reasons: Counter[str] = field(default_factory=Counter)
-
-    def count(self, retrieval: dict[str, Any]) -> None:
-        """Count one retrieval's final state, result status and reason."""
-        self.states[str(retrieval.get("state"))] += 1
-        result = retrieval.get("result") or {}
-        if result:
-            self.statuses[str(result.get("status"))] += 1
-            self.reasons[str(result.get("reason") or "-")] += 1
-
-    def line(self) -> str:
-        """Render the one-line progress text."""
-        return (
-            f"submitted {self.created + self.known} (created {self.created}, known {self.known})"
-            f" | failed {self.rejected + self.gave_up} | invalid {self.invalid}"
-            f" | settled {self.settled}"
-        )
-
-
-def exit_code(tally: Tally) -> int:
-    """Map a finished batch to its exit code (see the module docstring)."""
-    return EXIT_FAILED if tally.invalid or tally.rejected or tally.gave_up else EXIT_OK
-
-
 def validate_options(options: EnqueueOptions) -> str | None:
     """Return what is wrong with `options` as a usage error, or None."""
     if options.file != STDIN and not Path(options.file).is_file():
@@ -160,57 +100,6 @@ def validate_options(options: EnqueueOptions) -> str | None:
     if problem is None and options.language is not None:
         problem = check_language(options.language)
     return problem
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Read a Retry-After header (seconds or an HTTP date) as seconds from now."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-
-
-def backoff_delay(
-    policy: RetryPolicy,
-    attempt: int,
-    retry_after: float | None,
-    rand: Callable[[], float] = random.random,
-) -> float:
-    """Seconds to sleep after failed `attempt` (1-based): full jitter, at least Retry-After."""
-    ceiling = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
-    delay = ceiling * rand()
-    if retry_after is not None:
-        delay = max(delay, min(retry_after, policy.max_retry_after))
-    return delay
-
-
-def error_of(response: httpx.Response) -> dict[str, Any]:
-    """Take the error envelope from `response`, or make one from its status."""
-    try:
-        error = response.json().get("error")
-    except (ValueError, AttributeError):
-        error = None
-    if not isinstance(error, dict):
-        error = {"code": f"http_{response.status_code}", "message": response.text[:200]}
-    return {**error, "http_status": response.status_code}
-
-
-def retrieval_of(response: httpx.Response) -> dict[str, Any] | None:
-    """Take the retrieval from a 200/202 body (`{"retrieval": ...}` or the bare object)."""
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    if isinstance(body, dict) and isinstance(body.get("retrieval"), dict):
-        return dict(body["retrieval"])
-    return dict(body) if isinstance(body, dict) and "state" in body else None
 
 
 async def drain(items: Iterable[T], work: Callable[[T], Awaitable[None]], workers: int) -> None:
@@ -244,20 +133,22 @@ class Batch:
 
     def __init__(self, options: EnqueueOptions, console: Console, tally: Tally) -> None:
         self.options, self.console, self.tally = options, console, tally
-        self.out: IO[str] | None = None
-        self.waiting: list[Pending] = []
-        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn())
-        self.progress = Progress(
-            *columns, TimeElapsedColumn(), console=console, disable=not console.is_terminal
+        self.report = Report(console, tally)
+        self.note, self.write, self.refresh = (
+            self.report.note,
+            self.report.write,
+            self.report.refresh,
         )
-        self.task = self.progress.add_task(tally.line(), total=None)
+        self.waiting: list[Pending] = []
 
     async def run(self, client: httpx.AsyncClient, out: IO[str] | None) -> None:
         """Submit every entry of the input, then wait for settlement if asked to."""
-        self.client, self.out, o = client, out, self.options
-        ticker = None if self.console.is_terminal else asyncio.create_task(self.tick())
+        self.client, self.report.out, o = client, out, self.options
+        ticker = None
+        if not self.console.is_terminal:
+            ticker = asyncio.create_task(self.report.tick(PLAIN_PROGRESS_SECONDS))
         try:
-            with self.progress:
+            with self.report.progress:
                 await drain(read_input(o.file, o.kind, o.language), self.submit, o.concurrency)
                 if self.waiting:
                     await self.wait_all()
@@ -324,8 +215,7 @@ class Batch:
         o, loop = self.options, asyncio.get_running_loop()
         deadline = None if o.timeout is None else loop.time() + o.timeout
         interval = o.poll_interval
-        total = self.tally.settled + len(self.waiting)
-        self.progress.update(self.task, total=total, completed=self.tally.settled)
+        self.report.waiting_for(self.tally.settled + len(self.waiting))
         while self.waiting and (deadline is None or loop.time() < deadline):
             await asyncio.sleep(
                 interval if deadline is None else min(interval, deadline - loop.time())
@@ -364,58 +254,6 @@ class Batch:
         record = {"line": pending.line.number, "url": pending.line.url}
         self.write(record | {"mutation_id": pending.mutation_id, "retrieval": retrieval})
         self.refresh()
-
-    def write(self, record: dict[str, Any]) -> None:
-        """Append one JSON line to the out file, if any."""
-        if self.out is not None:
-            self.out.write(json.dumps(record, ensure_ascii=False) + "\n")
-
-    def note(self, message: str) -> None:
-        """Print a plain message (no markup: URLs may hold brackets)."""
-        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
-
-    def refresh(self) -> None:
-        """Update the live progress display."""
-        self.progress.update(self.task, description=self.tally.line(), completed=self.tally.settled)
-
-    async def tick(self) -> None:
-        """Print a progress line now and then when the console is not a terminal."""
-        while True:
-            await asyncio.sleep(PLAIN_PROGRESS_SECONDS)
-            self.note(self.tally.line())
-
-
-def auth_message(response: httpx.Response) -> str:
-    """Explain a 401/403 in terms of what to fix."""
-    detail = error_of(response).get("message") or ""
-    return (
-        f"the API refused the key ({response.status_code} {detail}); check --key or "
-        "EVIDENCE_API_KEY and that the key may use this workspace with scope agent:research"
-    )
-
-
-def summary_table(tally: Tally, waited: bool) -> Table:
-    """Build the closing summary: line outcomes, then states, statuses and reasons."""
-    table = Table(title="evidence enqueue")
-    table.add_column("outcome")
-    table.add_column("lines", justify="right")
-    rows = [
-        ("entries read", tally.read),
-        ("invalid", tally.invalid),
-        ("created (202)", tally.created),
-        ("already known (200)", tally.known),
-        ("rejected (4xx)", tally.rejected),
-        ("failed to submit (gave up)", tally.gave_up),
-    ]
-    if waited:
-        rows += [("settled", tally.settled), ("unsettled (timeout)", tally.unsettled)]
-        rows += [("lost (404 while polling)", tally.lost)]
-    for label, counter in (("state", tally.states), ("status", tally.statuses)):
-        rows += [(f"{label} {name}", n) for name, n in sorted(counter.items())]
-    rows += [(f"reason {name}", n) for name, n in sorted(tally.reasons.items())]
-    for label, n in rows:
-        table.add_row(label, str(n))
-    return table
 
 
 async def enqueue_batch(options: EnqueueOptions, console: Console, tally: Tally) -> None:
