@@ -4,7 +4,7 @@ from fastapi import FastAPI
 
 from api import errors, metrics
 from api.middleware import RequestMetrics
-from api.routes import evidence, health, retrievals
+from api.routes import briefs, chunks, evidence, health, images, retrievals
 
 
 def create_app() -> FastAPI:
@@ -19,6 +19,9 @@ def create_app() -> FastAPI:
     app.include_router(health.router)
     app.include_router(retrievals.router)
     app.include_router(evidence.router)
+    app.include_router(chunks.router)
+    app.include_router(images.router)
+    app.include_router(briefs.router)
     app.include_router(metrics.router)
     return app
 

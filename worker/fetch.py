@@ -138,6 +138,33 @@ class Fetcher:
         ):
             return self._finish(target, response)
 
+    def fetch_media(self, url: str, max_bytes: int) -> FetchedResponse:
+        """GET a media file (an image) within every bound; its type is left to the caller.
+
+        The declared Content-Type is not trusted either way: `mime_type` is None, and the
+        caller checks the bytes themselves.
+        """
+        trail = Trail()
+        with (
+            deadline_scope(self.settings.fetch_total_timeout_seconds),
+            map_fetch_errors(trail),
+            self._follow(url, trail, robots=self.settings.robots_txt) as (target, response),
+        ):
+            failure = fetch_errors.status_failure(
+                response.status_code, target.url, response.headers.get("retry-after")
+            )
+            if failure is not None:
+                raise failure
+            body, truncated = self._read_body(response, max_bytes)
+            return FetchedResponse(
+                url=target.url,
+                status_code=response.status_code,
+                headers={k.lower(): v for k, v in response.headers.multi_items()},
+                body=body,
+                truncated=truncated,
+                mime_type=None,
+            )
+
     def close(self) -> None:
         """Close pooled connections and the Redis client."""
         self.client.close()

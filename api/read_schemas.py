@@ -1,0 +1,130 @@
+"""Request bodies of the read side, validated as `get_chunk`, `get_image`, `briefs_get` say."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from api.schemas import Kind, Language, UuidText
+
+#: JSON's largest safe integer, the schemas' bound on revision numbers.
+MAX_SAFE_INTEGER = 9_007_199_254_740_991
+Revision = Annotated[int, Field(gt=0, le=MAX_SAFE_INTEGER)]
+Query = Annotated[str, StringConstraints(min_length=1, max_length=1_000)]
+OpaqueId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _InWorkspace(_Strict):
+    workspace_id: UuidText
+
+    @property
+    def workspace(self) -> uuid.UUID:
+        return uuid.UUID(self.workspace_id)
+
+
+class ChunkSearchRequest(_InWorkspace):
+    """Body of `POST /research-api/chunks/search` (research_chunk_search)."""
+
+    query: Query
+    limit: Annotated[int, Field(ge=1, le=50)] = 10
+    kind: Kind | None = None
+    language: Language | None = None
+
+
+class ChunkGetRequest(BaseModel):
+    """Body of `POST /research-api/chunks/get` (research_get_chunk)."""
+
+    model_config = ConfigDict(strict=True)
+
+    chunk_id: OpaqueId
+
+
+class ImageSearchRequest(_InWorkspace):
+    """Body of `POST /research-api/images/search` (research_image_search)."""
+
+    query: Query
+    limit: Annotated[int, Field(ge=1, le=50)] = 10
+
+
+class ImageGetRequest(BaseModel):
+    """Body of `POST /research-api/images/get` (research_get_image)."""
+
+    model_config = ConfigDict(strict=True)
+
+    image_id: OpaqueId
+    include_bytes: bool = False
+
+
+class EvidenceRef(_Strict):
+    """One cited evidence revision."""
+
+    evidence_id: UuidText
+    revision: Revision
+
+
+class Finding(_Strict):
+    """One finding of a brief, with the evidence it rests on."""
+
+    id: UuidText
+    statement: Annotated[str, StringConstraints(min_length=1, max_length=4_000)]
+    basis: Literal["observed", "inferred", "generated"]
+    evidence: Annotated[list[EvidenceRef], Field(max_length=500)]
+    uncertainty: Annotated[str, StringConstraints(max_length=1_000)]
+
+
+class BriefContent(_Strict):
+    """A brief's content, exactly as `briefs_get.output.json` describes it."""
+
+    title: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    question: Annotated[str, StringConstraints(min_length=1, max_length=2_000)]
+    summary: Annotated[str, StringConstraints(max_length=10_000)]
+    findings: Annotated[list[Finding], Field(max_length=100)]
+    angles: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=2_000)]],
+        Field(max_length=30),
+    ]
+    notes: Annotated[str, StringConstraints(max_length=10_000)]
+    project_id: UuidText | None
+    project_revision: Revision | None
+    corpus_snapshot_id: UuidText | None
+    language: Annotated[str, StringConstraints(min_length=1, max_length=35)]
+
+
+class BriefGetRequest(_InWorkspace):
+    """Body of `POST /research-api/briefs/get` (sosoapi_research_briefs_get)."""
+
+    id: UuidText
+    revision: Revision | None = None
+
+
+class BriefCreateRequest(_InWorkspace):
+    """Body of `POST /research-api/briefs/create`."""
+
+    content: BriefContent
+
+
+class BriefReviseRequest(_InWorkspace):
+    """Body of `POST /research-api/briefs/revise`."""
+
+    id: UuidText
+    expected_revision: Revision
+    content: BriefContent
+
+
+class BriefReviewRequest(_InWorkspace):
+    """Body of `POST /research-api/briefs/review`."""
+
+    id: UuidText
+    revision: Revision
+
+
+class BriefArchiveRequest(_InWorkspace):
+    """Body of `POST /research-api/briefs/archive`."""
+
+    id: UuidText
