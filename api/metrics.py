@@ -43,7 +43,7 @@ from worker.models import Retrieval
 from worker.states import RetrievalState as S
 
 #: Seconds a scrape's database/broker/Redis reads are reused for (0 = always fresh).
-CACHE_SECONDS = 5.0
+CACHE_SECONDS = float(os.environ.get("EVIDENCE_METRICS_CACHE_SECONDS", "5"))
 OPEN_STATES = (S.PENDING.value, S.RUNNING.value)
 REGISTRY = CollectorRegistry()
 disable_created_metrics()  # `_created` series only add noise to every counter

@@ -1,0 +1,92 @@
+"""`/metrics` on a real API process counts what a real run did, across API and worker processes."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import httpx
+import pytest
+
+from tests.ops.conftest import LiveApi, scrape, value
+from tests.support.factories import SETTLED, Api, body
+from tests.support.pages import article
+from tests.support.services import wait_for
+from tests.support.tls_site import TLSSite
+from worker import clock, db, store
+
+pytestmark = pytest.mark.usefixtures("services")
+
+
+def run(live_api: LiveApi, tenant: tuple[uuid.UUID, str], urls: list[str]) -> list[dict]:
+    """POST each URL through the live API and wait until all settle."""
+    workspace, key = tenant
+    with httpx.Client(base_url=live_api.url, timeout=10) as client:
+        api = Api(client, key)
+        ids = [api.post(body(url, workspace)).json()["retrieval"]["id"] for url in urls]
+        return [api.wait(rid, SETTLED, timeout=60) for rid in ids]
+
+
+class TestMetricsEndpoint:
+    """The API's /metrics: Prometheus text, request counts, created and settled retrievals."""
+
+    def test_counts_a_real_run(
+        self, live_api: LiveApi, tenant: tuple[uuid.UUID, str], pages: list[str], site: TLSSite
+    ) -> None:
+        """Requests, created, settled (by status and reason) and fetch histograms all move."""
+        missing = site.url(f"/ops/missing-{uuid.uuid4().hex}")
+        before = scrape(f"{live_api.url}/metrics")
+        settled = run(live_api, tenant, [*pages, missing])
+        assert [r["result"]["status"] for r in settled] == ["ready"] * 3 + ["unavailable"]
+        after = scrape(f"{live_api.url}/metrics")
+
+        def delta(name: str, **labels: str) -> float:
+            return value(after, name, **labels) - value(before, name, **labels)
+
+        route = "/research-api/evidence/retrieve"
+        assert delta("evidence_http_requests_total", route=route, code="202") == 4
+        get_route = "/research-api/evidence/retrievals/{retrieval_id}"
+        assert delta("evidence_http_requests_total", route=get_route, code="200") >= 4
+        assert delta("evidence_http_request_duration_seconds_count", route=route) == 4
+        assert delta("evidence_retrievals_created_total", kind="url_text") == 4
+        ready = {"kind": "url_text", "state": "completed", "status": "ready", "reason": "none"}
+        assert delta("evidence_retrievals_settled_total", **ready) >= 3
+        gone = {"status": "unavailable", "reason": "not_found"}
+        assert delta("evidence_retrievals_settled_total", **gone) >= 1
+        assert delta("evidence_fetch_duration_seconds_count", outcome="ok") >= 3
+        assert delta("evidence_fetch_duration_seconds_count", outcome="not_found") >= 1
+        page_bytes = len(article("Lakes at dawn", marker="x" * 37).encode())
+        assert delta("evidence_fetch_response_bytes_sum", outcome="ok") >= 3 * page_bytes
+        assert value(after, "evidence_fetch_response_bytes_bucket", outcome="ok", le="+Inf") >= 3
+        for source in ("database", "broker", "redis"):
+            assert value(after, "evidence_metrics_source_up", source=source) == 1
+
+    def test_queue_depth_counts_pending_rows(
+        self, live_api: LiveApi, tenant: tuple[uuid.UUID, str], pages: list[str]
+    ) -> None:
+        """A recorded, unpublished row shows as database queue depth until the sweep settles it."""
+        workspace, _ = tenant
+        new = store.NewRetrieval(workspace, uuid.uuid4(), pages[0], "url_text", None)
+        row, _ = db.with_transient_retry(
+            lambda s: store.create_retrieval(s, new, clock.now(), timedelta(hours=1))
+        )
+        samples = scrape(f"{live_api.url}/metrics")
+        assert value(samples, "evidence_queue_depth", source="database") >= 1
+        assert value(samples, "evidence_retrievals", kind="url_text", state="pending") >= 1
+        assert value(samples, "evidence_oldest_open_age_seconds", state="pending") >= 0
+        assert ("evidence_queue_depth", frozenset({("source", "broker")})) in samples
+
+        def settled() -> bool:
+            with db.session_scope(readonly=True) as session:
+                return store.get_retrieval(session, row.id).state in SETTLED  # type: ignore[union-attr]
+
+        wait_for(settled, timeout=60, interval=0.3)
+
+    def test_route_labels_are_templates(self, live_api: LiveApi) -> None:
+        """Unknown paths count as `unmatched`, so a scanner cannot blow up label cardinality."""
+        for n in range(3):
+            httpx.get(f"{live_api.url}/no/such/{uuid.uuid4()}/{n}")
+        samples = scrape(f"{live_api.url}/metrics")
+        routes = {dict(labels).get("route") for (name, labels) in samples if "http_req" in name}
+        assert "unmatched" in routes
+        assert not any(route and "/no/such/" in route for route in routes)
