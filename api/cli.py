@@ -92,6 +92,25 @@ def flower(
     celery.start(["flower", f"--port={port}", f"--address={address}", f"--basic-auth={auth}"])
 
 
+@app.command()
+def mcp(
+    transport: Annotated[str, typer.Option(help="stdio or http.")] = "stdio",
+    host: Annotated[str, typer.Option(help="Interface to bind (http).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind (http).")] = 8001,
+) -> None:
+    """Serve the tools over MCP: stdio (key from EVIDENCE_API_KEY) or HTTP at /mcp (Bearer key)."""
+    from api import mcp_server
+
+    if transport not in ("stdio", "http"):
+        typer.echo("--transport must be stdio or http", err=True)
+        raise typer.Exit(2)
+    _configure_logging()
+    if transport == "stdio":
+        mcp_server.run_stdio()
+    else:
+        mcp_server.run_http(host, port)
+
+
 @keys_app.command("create")
 def keys_create(
     workspace: Annotated[list[uuid.UUID], typer.Option(help="Workspace the key may use.")],

@@ -5,6 +5,7 @@ Every failure leaves the API through here, so no stack trace, SQL or secret reac
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -87,7 +88,7 @@ def _field_of(loc: tuple[Any, ...], error_type: str) -> str | None:
     return parts[0] if parts else None
 
 
-def _message(error: dict[str, Any], field: str | None) -> str:
+def _message(error: Mapping[str, Any], field: str | None) -> str:
     kind = error.get("type", "")
     if kind == "json_invalid":
         return "the request body is not valid JSON"
@@ -101,13 +102,17 @@ def _message(error: dict[str, Any], field: str | None) -> str:
     return f"{field}: {msg}" if field else msg
 
 
-async def _on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = exc.errors()
-    first = errors[0] if errors else {}
+def validation_error(errors: Sequence[Mapping[str, Any]]) -> ApiError:
+    """The `invalid_input` error for pydantic validation errors, naming the first bad field."""
+    first: Mapping[str, Any] = errors[0] if errors else {}
     field = _field_of(tuple(first.get("loc", ())), first.get("type", ""))
     if first.get("type") == "json_invalid":
         field = None
-    return error_response(invalid_input(_message(first, field), field))
+    return invalid_input(_message(first, field), field)
+
+
+async def _on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    return error_response(validation_error(exc.errors()))
 
 
 async def _on_api_error(_: Request, exc: ApiError) -> JSONResponse:

@@ -5,7 +5,7 @@ from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Network = IPv4Network | IPv6Network
@@ -60,6 +60,15 @@ class Settings(BaseSettings):
     api_retry_after_seconds: int = 5
     log_level: str = "INFO"
     log_json: bool = True
+
+    # MCP server (`evidence mcp`).
+    #: How long a retrieve tool call waits for its retrieval to settle before answering.
+    mcp_wait_seconds: float = Field(default=20.0, ge=0, le=300)
+    #: How often a waiting retrieve tool call re-reads the retrieval.
+    mcp_poll_seconds: float = Field(default=0.5, gt=0, le=10)
+    #: The API key a stdio MCP server acts with (EVIDENCE_API_KEY); over HTTP each request's
+    #: Bearer header is used instead.
+    api_key: SecretStr | None = None
 
     @field_validator("egress_allow_cidrs", mode="before")
     @classmethod
