@@ -23,7 +23,8 @@ PAGE = """<!doctype html><html><head>
 <figure><img src="photos/lake.png" alt="A lake">
 <figcaption>Alpine lake at dawn. <span class="credit">Photo: A. Smith / Agency</span></figcaption>
 </figure>
-<figure><img data-src="/img/gear.JPEG"><figcaption>Sampling gear. © Jane Doe 2026</figcaption></figure>
+<figure><img data-src="/img/gear.JPEG">
+<figcaption>Sampling gear. © Jane Doe 2026</figcaption></figure>
 <figure><img srcset="/img/wide.webp 2x, /img/narrow.webp 1x"><figcaption>Map</figcaption></figure>
 <img src="https://cdn.test/hero.jpg" alt="Hero duplicate">
 <img src="/pixel.gif">
