@@ -53,6 +53,9 @@ _OPTIONAL_END = frozenset(
     ]
 )
 _RAW_TEXT = frozenset({"script", "style", "textarea", "title", "xmp", "noscript"})
+#: C0 controls other than tab, LF, CR and FF, and DEL: XML forbids them, and lxml keeps them in
+#: text, so a single one makes trafilatura drop a page's whole main text.
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f]+")
 
 
 def bound_markup(
@@ -93,8 +96,12 @@ def bound_markup(
 
 
 def parse_html(html: str) -> lxml.html.HtmlElement | None:
-    """Parse markup with lxml (no network, no entities resolved), or None when there is none."""
+    """Parse markup with lxml (no network, no entities resolved), or None when there is none.
+
+    Control characters are dropped first: they are never text, and trafilatura cannot copy them.
+    """
     html = _XML_DECLARATION.sub("", html, count=1)
+    html = _CONTROLS.sub("", html).replace("\x0c", " ")
     if not html.strip():
         return None
     parser = lxml.html.HTMLParser(no_network=True, remove_comments=True, remove_pis=True)

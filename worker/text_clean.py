@@ -22,6 +22,8 @@ _META_CHARSET = re.compile(
 _LINE_SEPARATORS = str.maketrans({"\u2028": "\n", "\u2029": "\n\n", "\x0b": "\n", "\x0c": "\n"})
 _SPACES = re.compile(r"[^\S\n]+")
 _BLANK_RUNS = re.compile(r"\n{3,}")
+#: What `strip_invisible` drops from ASCII text: the C0 controls but tab and newline, and DEL.
+_ASCII_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]+")
 
 
 def codec_for(label: str | None) -> str | None:
@@ -89,10 +91,15 @@ def _keep(char: str) -> bool:
 
 
 def strip_invisible(text: str) -> str:
-    """Remove control, zero-width, bidi, BOM, soft-hyphen and tag characters."""
+    """Remove control, zero-width, bidi, BOM, soft-hyphen and tag characters.
+
+    Each distinct character is judged once, then one `translate` drops them all: a page of
+    megabytes cleans in milliseconds, not in a Python loop per character.
+    """
     if text.isascii():
-        return "".join(c for c in text if c.isprintable() or c in "\n\t")
-    return "".join(c for c in text if _keep(c))
+        return _ASCII_CONTROLS.sub("", text)
+    dropped = {ord(c): None for c in set(text) if not _keep(c)}
+    return text.translate(dropped) if dropped else text
 
 
 def clean_text(text: str) -> str:

@@ -99,6 +99,15 @@ class TestExtractHtml:
         assert "removed the old weir" in content.text
         assert content.title is not None and "\u00ad" not in content.title
 
+    def test_control_characters_do_not_lose_main_text(self) -> None:
+        """C0 controls (BEL, ESC, DEL, form feed) are dropped; the main text is still found."""
+        html = article().replace("weir", "we\x07ir\x1b").replace("trout", "tr\x7fout\x0cnow")
+        content = extract_html(html, URL).content
+        assert content.content_kind == "document_text" and content.reasons == []
+        assert "removed the old weir that had blocked" in content.text
+        assert "report that trout now have returned" in content.text
+        assert not any(c in content.text for c in "\x07\x1b\x7f\x0c")
+
     def test_metadata_only(self) -> None:
         """A page with a title and description but no body text is metadata_only."""
         html = (
