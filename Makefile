@@ -21,6 +21,9 @@ run: install  ## Run the whole service here: API, worker, beat and Flower (SQLit
 	EVIDENCE=$(BIN)/evidence ./deploy/dev-env.sh
 	set -a && . var/dev.env && set +a && PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho -f deploy/Procfile -d . start
 
+demo: install  ## Watch it work offline: local HTTPS samples, API, worker, beat, `evidence enqueue --wait`
+	./deploy/demo.sh
+
 test: install  ## Run the test suite: PostgreSQL, then the lifecycle and read side on SQLite
 	./deploy/ensure-services.sh --postgres
 	$(PYTEST) -q -m "not fault"
@@ -41,4 +44,4 @@ format: install  ## Format the code
 migrate: install  ## Apply the migrations to EVIDENCE_DATABASE_URL
 	$(BIN)/evidence migrate
 
-.PHONY: help install run test test-faults lint format migrate
+.PHONY: help install run demo test test-faults lint format migrate
