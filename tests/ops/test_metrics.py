@@ -90,3 +90,26 @@ class TestMetricsEndpoint:
         routes = {dict(labels).get("route") for (name, labels) in samples if "http_req" in name}
         assert "unmatched" in routes
         assert not any(route and "/no/such/" in route for route in routes)
+
+
+class TestFetchHistograms:
+    """Workers' Redis bucket counters become Prometheus histograms."""
+
+    def test_buckets_are_cumulative(self) -> None:
+        """Per-bucket counts add up into `le` buckets ending with +Inf; stray fields are ignored."""
+        from worker import metrics
+
+        index = metrics.bucket_index(metrics.DURATION_BUCKETS, 0.3)
+        assert metrics.DURATION_BUCKETS[index] == 0.5
+        assert metrics.bucket_index(metrics.DURATION_BUCKETS, 999) == len(metrics.DURATION_BUCKETS)
+        raw = {
+            b"duration|ok|b0": b"2",
+            b"duration|ok|b3": b"1",
+            b"duration|ok|sum": b"0.6",
+            b"duration|ok|b99": b"5",
+            b"other|ok|b0": b"7",
+        }
+        histogram = metrics.parse_stats(raw).histograms["duration"]["ok"]
+        buckets = histogram.cumulative(metrics.DURATION_BUCKETS)
+        assert buckets[0] == ("0.05", 2.0) and buckets[3] == ("0.5", 3.0)
+        assert buckets[-1] == ("+Inf", 3.0) and histogram.total == 0.6
