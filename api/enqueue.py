@@ -217,15 +217,31 @@ class Batch:
         interval = o.poll_interval
         self.report.waiting_for(self.tally.settled + len(self.waiting))
         while self.waiting and (deadline is None or loop.time() < deadline):
+            last = deadline is not None and deadline - loop.time() <= interval
             await asyncio.sleep(
                 interval if deadline is None else min(interval, deadline - loop.time())
             )
-            await drain(list(self.waiting), self.poll, o.concurrency)
+            await self.poll_round(full=last)
             self.waiting = [pending for pending in self.waiting if not pending.done]
             interval = min(interval * POLL_BACKOFF, max(MAX_POLL_INTERVAL, o.poll_interval))
         self.tally.unsettled += len(self.waiting)
         for pending in self.waiting:
             self.finish(pending)
+
+    async def poll_round(self, full: bool) -> None:
+        """Poll the oldest first, `concurrency` at a time, up to a group where none settled.
+
+        Workers take retrievals in submission order, so the ones after such a group have not
+        settled either: a round costs the settled ones plus one group, not every line again.
+        The round before the timeout (`full`) polls every line.
+        """
+        size = self.options.concurrency
+        waiting = list(self.waiting)
+        for start in range(0, len(waiting), size):
+            group = waiting[start : start + size]
+            await drain(group, self.poll, size)
+            if not full and not any(pending.done for pending in group):
+                return
 
     async def poll(self, pending: Pending) -> None:
         """GET one retrieval; settle it, or leave it for the next round on a transient error."""

@@ -329,6 +329,17 @@ class TestWait:
             assert server.gets == 0
             assert {o["retrieval"]["state"] for o in read_out(opts)} == {"completed"}
 
+    def test_round_stops_at_a_group_where_none_settled(self, tmp_path: Path) -> None:
+        """Rounds poll oldest first and stop at a group with nothing settled; the last is full."""
+        with FakeApi(settle_after=10**9) as server:
+            opts = options(
+                server, write_list(tmp_path, urls(40)), wait=True, timeout=0.6, poll_interval=0.05
+            )
+            assert run_enqueue(opts) == 0
+            polls = sorted((record.polls for record in server.by_id.values()), reverse=True)
+        assert polls[3] > polls[4] >= polls[-1] >= 1  # one group every round, the rest once
+        assert server.gets < 40 * 2
+
 
 class TestResume:
     def test_rerun_reports_known_and_creates_nothing(self, api: FakeApi, tmp_path: Path) -> None:
