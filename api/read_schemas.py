@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from api.schemas import Kind, Language, UuidText
 
@@ -101,6 +101,13 @@ class BriefGetRequest(_InWorkspace):
 
     id: UuidText
     revision: Revision | None = None
+
+    @field_validator("revision", mode="before")
+    @classmethod
+    def _no_explicit_null(cls, value: object) -> object:
+        if value is None:
+            raise ValueError("must be an integer when given")
+        return value
 
 
 class BriefCreateRequest(_InWorkspace):

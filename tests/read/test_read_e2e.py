@@ -264,6 +264,8 @@ class TestBriefs:
         assert check_envelope(late, 409, "invalid_input")["field"] == "id"
         missing = read.call("briefs/get", {**get, "revision": 3})
         check_envelope(missing, 404, "not_found")
+        null = read.call("briefs/get", {**get, "revision": None})
+        assert check_envelope(null, 400, "invalid_input")["field"] == "revision"
 
     def test_evidence_references_are_checked(
         self, read: ReadApi, workspace: uuid.UUID, cited: list[dict]
