@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Header
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from api.auth import Principal, authenticate
-from worker.db import session_scope
+from worker.db import read_session
 
 
 def _session() -> Iterator[Session]:
-    with session_scope(readonly=True) as session:
+    # A read-only session never commits: closing rolls back, and a connection the database
+    # dropped meanwhile must not fail a response that has already been computed.
+    session = read_session()
+    try:
         yield session
+    finally:
+        with contextlib.suppress(DBAPIError):
+            session.close()
 
 
 #: A read-only session for the request; writes go through `worker.db.with_transient_retry`.

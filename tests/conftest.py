@@ -7,6 +7,7 @@ because the Celery app and the settings read it once per process.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -102,6 +103,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     db.dispose_engine()
     if ENV.db_name:
         drop_postgres_database(ENV.db_name)
+    shutil.rmtree(ENV.tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -125,9 +127,22 @@ class Services:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
+        name = uuid.uuid4().hex[:6]
         self.worker = Process(
-            ["worker", "--concurrency", "2", "--hostname", f"test-{uuid.uuid4().hex[:6]}@%h"],
+            [
+                "worker",
+                "--queues",
+                "retrievals",
+                "--concurrency",
+                "2",
+                "--hostname",
+                f"w-{name}@%h",
+            ],
             tmp / "worker.log",
+        )
+        self.sweeper = Process(
+            ["worker", "--queues", "sweep", "--concurrency", "1", "--hostname", f"s-{name}@%h"],
+            tmp / "sweeper.log",
         )
         self.beat = Process(["beat", "--schedule", str(tmp / "beat-schedule")], tmp / "beat.log")
 
@@ -141,13 +156,15 @@ class Services:
 
     def stop(self) -> None:
         self.worker.stop()
+        self.sweeper.stop()
         self.beat.stop()
 
 
 @pytest.fixture(scope="session")
 def services(env: Env) -> Iterator[Services]:
-    """A real Celery worker (prefork, 2 children) and beat, for the whole session."""
+    """Real Celery workers (retrievals: prefork, 2 children; sweep: 1) and beat."""
     running = Services(env.tmp)
+    running.sweeper.start()
     running.start_worker()
     running.beat.start()
     yield running

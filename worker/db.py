@@ -103,6 +103,11 @@ def session_scope(readonly: bool = False) -> Iterator[Session]:
         session.close()
 
 
+def read_session() -> Session:
+    """A session for reads only (no write lock on SQLite); the caller closes it."""
+    return _session_factory(True)()
+
+
 def with_transient_retry(fn: Callable[[Session], T], attempts: int = TRANSIENT_ATTEMPTS) -> T:
     """Run `fn` in its own transaction, retrying a few times on a lock or a dropped connection."""
     delay = 0.05

@@ -12,12 +12,22 @@ from collections.abc import Iterable
 import structlog
 from kombu.exceptions import OperationalError
 
-from worker.celery_app import RETRIEVE_QUEUE, RETRIEVE_TASK, app
+from worker.celery_app import (
+    PUBLISH_CONNECT_TIMEOUT_SECONDS,
+    RETRIEVE_QUEUE,
+    RETRIEVE_TASK,
+    app,
+)
 
 log = structlog.get_logger(__name__)
 
 #: Broker errors that mean "not published now; the sweep will try again".
-PUBLISH_ERRORS: tuple[type[BaseException], ...] = (OperationalError, ConnectionError, OSError)
+PUBLISH_ERRORS: tuple[type[BaseException], ...] = (
+    OperationalError,
+    ConnectionError,
+    OSError,
+    TimeoutError,
+)
 
 
 def publish(retrieval_ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:
@@ -27,13 +37,16 @@ def publish(retrieval_ids: Iterable[uuid.UUID]) -> list[uuid.UUID]:
     # message routed through an unbound exchange would be dropped.
     declare = [app.amqp.queues[RETRIEVE_QUEUE]]
     try:
-        with app.producer_or_acquire() as producer:
+        with app.pool.acquire(block=True, timeout=PUBLISH_CONNECT_TIMEOUT_SECONDS) as connection:
+            # One bounded connection attempt: kombu's default is to retry for seconds, and a
+            # POST must not wait on a broker that is down (the sweep publishes later).
+            connection.ensure_connection(max_retries=0, timeout=PUBLISH_CONNECT_TIMEOUT_SECONDS)
             for retrieval_id in retrieval_ids:
                 app.send_task(
                     RETRIEVE_TASK,
                     args=[str(retrieval_id)],
                     queue=RETRIEVE_QUEUE,
-                    producer=producer,
+                    connection=connection,
                     retry=False,
                     declare=declare,
                 )

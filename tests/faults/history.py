@@ -1,0 +1,188 @@
+"""Record every client operation, then check the service's promises against the history.
+
+Like Jepsen: clients log what they asked and what they were told (an error that says nothing
+about the outcome is ambiguous, not a failure), and a checker runs over the log and the final
+database once the fault has cleared.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+from tests.support.factories import LEAK_PATTERNS, SETTLED, Api
+from worker import db
+from worker.models import EvidenceRevision, Retrieval
+
+#: Status codes the contract allows on the retrieval routes.
+ALLOWED_CODES = {200, 202, 400, 401, 403, 404, 409, 422, 503}
+
+
+@dataclass
+class Op:
+    """One client operation and what it was told."""
+
+    action: str
+    key: str
+    status: int | None
+    body: dict[str, Any] | None
+    at: float
+
+
+@dataclass
+class History:
+    """A thread-safe log of operations against one workspace."""
+
+    api: Api
+    workspace: uuid.UUID
+    ops: list[Op] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _record(self, action: str, key: str, call: Any) -> httpx.Response | None:
+        try:
+            response = call()
+        except (httpx.HTTPError, OSError):
+            # Ambiguous: the request may or may not have been recorded.
+            self._append(Op(action, key, None, None, time.monotonic()))
+            return None
+        payload = response.json() if response.content else None
+        self._append(Op(action, key, response.status_code, payload, time.monotonic()))
+        return response
+
+    def _append(self, op: Op) -> None:
+        with self._lock:
+            self.ops.append(op)
+
+    def post(self, payload: dict[str, Any]) -> httpx.Response | None:
+        return self._record("post", payload["mutation_id"], lambda: self.api.post(payload))
+
+    def get(self, retrieval_id: str) -> httpx.Response | None:
+        return self._record("get", retrieval_id, lambda: self.api.get(retrieval_id))
+
+    def cancel(self, retrieval_id: str) -> httpx.Response | None:
+        return self._record("cancel", retrieval_id, lambda: self.api.cancel(retrieval_id))
+
+    def accepted(self) -> dict[str, str]:
+        """mutation_id → retrieval id, for every POST answered 2xx."""
+        return {
+            op.key: op.body["retrieval"]["id"]
+            for op in self.ops
+            if op.action == "post" and op.status in (200, 202) and op.body
+        }
+
+    # Checking.
+    def rows(self) -> list[Retrieval]:
+        with db.session_scope(readonly=True) as session:
+            return list(
+                session.execute(
+                    sa.select(Retrieval).where(
+                        Retrieval.__table__.c.workspace_id == self.workspace  # type: ignore[attr-defined]
+                    )
+                ).scalars()
+            )
+
+    def wait_settled(self, timeout: float) -> list[Retrieval]:
+        """I1 no stuck: poll until every row of the workspace is settled (bounded)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = self.rows()
+            open_rows = [r for r in rows if r.state not in SETTLED]
+            if not open_rows:
+                for row in rows:
+                    self.get(str(row.id))
+                return rows
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"I1 stuck: {len(open_rows)} open after {timeout} s: "
+                    f"{[(str(r.id), r.state, r.attempt) for r in open_rows[:5]]}"
+                )
+            time.sleep(0.25)
+
+    def check(self, max_attempts: int, settle_timeout: float = 60) -> list[Retrieval]:
+        """Check I1–I5 over the history and the database; return the settled rows."""
+        rows = self.wait_settled(settle_timeout)
+        self._check_codes()
+        self._check_one_per_mutation(rows)
+        self._check_nothing_lost(rows, max_attempts)
+        self._check_settle_once()
+        check_revisions(self.workspace)
+        return rows
+
+    def _check_codes(self) -> None:
+        """I4: every answer is in the contract's set; 503s carry Retry-After (checked by Api)."""
+        for op in self.ops:
+            assert op.status is None or op.status in ALLOWED_CODES, op
+            if op.body is not None:
+                assert not LEAK_PATTERNS.search(str(op.body)), op
+
+    def _check_one_per_mutation(self, rows: list[Retrieval]) -> None:
+        """I2: one row per mutation_id; every 2xx for it named the same retrieval."""
+        per_mutation: dict[str, set[str]] = defaultdict(set)
+        for op in self.ops:
+            if op.action == "post" and op.status in (200, 202) and op.body:
+                per_mutation[op.key].add(op.body["retrieval"]["id"])
+        for mutation, ids in per_mutation.items():
+            assert len(ids) == 1, f"I2: {mutation} answered with {ids}"
+        counts: dict[uuid.UUID, int] = defaultdict(int)
+        for row in rows:
+            counts[row.mutation_id] += 1
+        assert all(n == 1 for n in counts.values()), counts
+
+    def _check_nothing_lost(self, rows: list[Retrieval], max_attempts: int) -> None:
+        """I5: every accepted mutation exists and settled, with settled_at, within attempts."""
+        by_id = {str(r.id): r for r in rows}
+        for mutation, retrieval_id in self.accepted().items():
+            row = by_id.get(retrieval_id)
+            assert row is not None, f"I5: accepted {mutation} has no row"
+            assert row.state in SETTLED and row.settled_at is not None, row
+            assert row.attempt <= max_attempts, row
+            if row.state == "completed":
+                assert row.result is not None
+            if row.state in ("unconfirmed", "expired"):
+                assert row.result is None
+
+    def _check_settle_once(self) -> None:
+        """A retrieval settles once: after it is first seen settled, it never changes."""
+        first_settled: dict[str, dict[str, Any]] = {}
+        for op in self.ops:
+            if op.status not in (200, 202) or not op.body or "retrieval" not in op.body:
+                continue
+            retrieval = op.body["retrieval"]
+            if retrieval["state"] not in SETTLED:
+                assert retrieval["id"] not in first_settled, f"left a settled state: {retrieval}"
+                continue
+            seen = first_settled.setdefault(retrieval["id"], retrieval)
+            assert seen == retrieval, f"changed after settling:\n{seen}\n{retrieval}"
+
+
+def check_revisions(workspace: uuid.UUID) -> None:
+    """I3: per evidence item, one revision per distinct content hash, numbered 1..n."""
+    from worker.models import Evidence
+
+    with db.session_scope(readonly=True) as session:
+        evidence_ids = (
+            session.execute(
+                sa.select(Evidence.__table__.c.id).where(  # type: ignore[attr-defined]
+                    Evidence.__table__.c.workspace_id == workspace  # type: ignore[attr-defined]
+                )
+            )
+            .scalars()
+            .all()
+        )
+        for evidence_id in evidence_ids:
+            revisions = session.execute(
+                sa.select(
+                    EvidenceRevision.__table__.c.revision,  # type: ignore[attr-defined]
+                    EvidenceRevision.__table__.c.content_sha256,  # type: ignore[attr-defined]
+                ).where(EvidenceRevision.__table__.c.evidence_id == evidence_id)  # type: ignore[attr-defined]
+            ).all()
+            hashes = [h for _, h in revisions]
+            assert len(hashes) == len(set(hashes)), f"I3: duplicate content in {evidence_id}"
+            assert sorted(n for n, _ in revisions) == list(range(1, len(revisions) + 1))

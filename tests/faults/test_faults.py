@@ -1,0 +1,310 @@
+"""Faults injected against the real services; every test ends by checking the invariants.
+
+I1 nothing stuck, I2 one retrieval per mutation, I3 one revision per distinct content,
+I4 no 500 and nothing leaked, I5 every accepted request settled, within max_attempts, once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import Env, Services
+from tests.faults.history import History
+from tests.support.factories import body
+from tests.support.services import Process, wait_for
+
+
+def submit(history: History, urls: list[str]) -> list[str]:
+    """POST each URL once (fresh mutation ids); return the retrieval ids accepted."""
+    ids = []
+    for url in urls:
+        response = history.post(body(url, history.workspace))
+        assert response is not None and response.status_code in (200, 202), response
+        ids.append(response.json()["retrieval"]["id"])
+    return ids
+
+
+def state_of(history: History, retrieval_id: str) -> str:
+    response = history.get(retrieval_id)
+    assert response is not None
+    return str(response.json()["retrieval"]["state"])
+
+
+def wait_running(history: History, retrieval_id: str, timeout: float = 20) -> None:
+    wait_for(lambda: state_of(history, retrieval_id) == "running", timeout=timeout)
+
+
+def attempt_of(retrieval_id: str) -> int:
+    from worker import db, store
+
+    with db.session_scope(readonly=True) as session:
+        row = store.get_retrieval(session, uuid.UUID(retrieval_id))
+        assert row is not None
+        return row.attempt
+
+
+def signal_children(services: Services, sig: int) -> list[int]:
+    pids = services.worker.children()
+    for pid in pids:
+        os.kill(pid, sig)
+    return pids
+
+
+def pause_worker(services: Services) -> None:
+    """SIGSTOP the whole worker (main and pool), so not even its time limit can act."""
+    os.killpg(services.worker.pid, signal.SIGSTOP)
+
+
+def resume_worker(services: Services) -> None:
+    os.killpg(services.worker.pid, signal.SIGCONT)
+
+
+class TestWorkerDeath:
+    """Workers die or stop mid-fetch; the database lease and the sweep recover the work."""
+
+    def test_sigkill_child_mid_fetch_reruns_once(
+        self, history: History, services: Services, pages, max_attempts: int
+    ) -> None:
+        """SIGKILL of the pool child mid-fetch: re-run as attempt 2, completed, one revision."""
+        (rid,) = submit(history, [pages(slow_seconds=3)])
+        wait_running(history, rid)
+        signal_children(services, signal.SIGKILL)
+        rows = history.check(max_attempts)
+        assert rows[0].state == "completed" and rows[0].attempt == 2
+
+    def test_sigkill_whole_worker_then_restart(
+        self, history: History, services: Services, pages, max_attempts: int
+    ) -> None:
+        """SIGKILL of main and children; a restarted worker finishes via lease + sweep."""
+        (rid,) = submit(history, [pages(slow_seconds=3)])
+        wait_running(history, rid)
+        services.worker.kill_group()
+        time.sleep(2)
+        services.start_worker()
+        rows = history.check(max_attempts)
+        assert rows[0].state == "completed" and rows[0].attempt == 2
+
+    def test_sigterm_warm_shutdown_finishes_the_task(
+        self, history: History, services: Services, pages, max_attempts: int
+    ) -> None:
+        """SIGTERM (warm shutdown) mid-fetch: the task finishes and settles on attempt 1."""
+        (rid,) = submit(history, [pages(slow_seconds=3)])
+        wait_running(history, rid)
+        services.worker.signal(signal.SIGTERM)
+        services.worker.proc.wait(30)  # type: ignore[union-attr]
+        rows = history.check(max_attempts, settle_timeout=5)
+        assert rows[0].state == "completed" and rows[0].attempt == 1
+        services.start_worker()
+
+    def test_cold_shutdown_reruns_via_sweep(
+        self, history: History, services: Services, pages, max_attempts: int
+    ) -> None:
+        """SIGTERM twice (cold shutdown) mid-fetch: re-run after the lease; settled once."""
+        (rid,) = submit(history, [pages(slow_seconds=3)])
+        wait_running(history, rid)
+        services.worker.signal(signal.SIGTERM)
+        time.sleep(0.3)
+        services.worker.signal(signal.SIGTERM)
+        services.worker.proc.wait(30)  # type: ignore[union-attr]
+        services.start_worker()
+        rows = history.check(max_attempts)
+        assert rows[0].state == "completed"
+        assert rows[0].attempt in (1, 2)
+
+    def test_paused_worker_past_lease_is_fenced(
+        self, history: History, services: Services, env: Env, pages, max_attempts: int
+    ) -> None:
+        """SIGSTOP past the lease: another worker re-runs it; the zombie's settle is refused."""
+        (rid,) = submit(history, [pages(slow_seconds=2)])
+        wait_running(history, rid)
+        pause_worker(services)
+        helper = Process(
+            ["worker", "--concurrency", "1", "--hostname", f"helper-{uuid.uuid4().hex[:6]}@%h"],
+            env.tmp / "helper-worker.log",
+        ).start()
+        try:
+            wait_for(lambda: attempt_of(rid) == 2, timeout=40)
+            wait_for(lambda: state_of(history, rid) == "completed", timeout=30)
+        finally:
+            resume_worker(services)
+        time.sleep(3)  # the zombie wakes, finishes its fetch and tries to settle attempt 1
+        helper.stop()
+        rows = history.check(max_attempts)
+        assert rows[0].state == "completed" and rows[0].attempt == 2
+
+
+class TestBrokerFaults:
+    """Redis stops and starts; the outbox and the sweep make sure nothing is lost."""
+
+    def test_post_while_broker_down(
+        self, history: History, env: Env, pages, max_attempts: int
+    ) -> None:
+        """20 POSTs with Redis down: all 202, /readyz 503; all settle once Redis is back."""
+        env.redis.stop()
+        try:
+            submit(history, [pages() for _ in range(20)])
+            ready = history.api.client.get("/readyz")
+            assert ready.status_code == 503 and ready.headers.get("Retry-After")
+        finally:
+            env.redis.start()
+        rows = history.check(max_attempts, settle_timeout=60)
+        assert all(r.state == "completed" for r in rows) and len(rows) == 20
+
+    def test_redis_restart_loses_queue(
+        self, history: History, env: Env, pages, max_attempts: int
+    ) -> None:
+        """A backlog queued and running when Redis restarts without saving: all settle."""
+        submit(history, [pages(slow_seconds=1) for _ in range(4)] + [pages() for _ in range(30)])
+        time.sleep(1.0)
+        env.redis.stop()
+        time.sleep(3)
+        env.redis.start()
+        rows = history.check(max_attempts, settle_timeout=90)
+        assert len(rows) == 34
+        assert {r.state for r in rows} <= {"completed", "unconfirmed"}
+        assert sum(r.state == "completed" for r in rows) >= 30
+
+    def test_duplicate_deliveries_execute_once(
+        self, history: History, pages, max_attempts: int
+    ) -> None:
+        """The same task published three more times (and to two workers): one claim, one settle."""
+        from worker import outbox
+
+        (rid,) = submit(history, [pages(slow_seconds=2)])
+        for _ in range(3):
+            assert outbox.publish([uuid.UUID(rid)])
+        rows = history.check(max_attempts)
+        assert rows[0].state == "completed" and rows[0].attempt == 1
+
+    def test_delivery_after_cancel_or_expiry_does_nothing(
+        self, history: History, pages, max_attempts: int
+    ) -> None:
+        """A task delivered after its retrieval was cancelled or expired claims nothing."""
+        from worker import clock, db, outbox, store
+
+        url = pages()
+        made = []
+        for created_at in (clock.now(), clock.now() - timedelta(hours=2)):
+            new = store.NewRetrieval(history.workspace, uuid.uuid4(), url, "url_text", None)
+            row, _ = db.with_transient_retry(
+                lambda s, n=new, at=created_at: store.create_retrieval(s, n, at, timedelta(hours=1))
+            )
+            made.append(row.id)
+        cancelled, stale = made
+        history.cancel(str(cancelled))
+        outbox.publish([cancelled, stale])
+        rows = {str(r.id): r for r in history.check(max_attempts)}
+        assert rows[str(cancelled)].state == "cancelled" and rows[str(cancelled)].attempt == 0
+        assert rows[str(stale)].state == "expired" and rows[str(stale)].attempt == 0
+
+
+class TestDatabaseFaults:
+    """PostgreSQL connections are cut while the API accepts and the workers settle."""
+
+    def test_backends_terminated_under_load(
+        self, history: History, env: Env, pages, max_attempts: int
+    ) -> None:
+        """Backends killed repeatedly: answers are 2xx or 503, never 500; all settle."""
+        if env.db_kind != "postgres":
+            pytest.skip("terminating backends is a PostgreSQL fault")
+        from worker import db
+
+        stop = threading.Event()
+
+        def terminate() -> None:
+            while not stop.is_set():
+                with db.get_engine().connect() as conn:
+                    conn.execute(
+                        sa.text(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        )
+                    )
+                    conn.commit()
+                time.sleep(0.3)
+
+        killer = threading.Thread(target=terminate, daemon=True)
+        killer.start()
+        try:
+            urls = [pages() for _ in range(40)]
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(lambda u: history.post(body(u, history.workspace)), urls))
+            time.sleep(3)
+        finally:
+            stop.set()
+            killer.join(5)
+        rows = history.check(max_attempts, settle_timeout=90)
+        assert rows, "nothing was accepted"
+        codes = {op.status for op in history.ops if op.action == "post"}
+        assert codes <= {202, 503}, codes
+
+
+class TestExpiryAndCancel:
+    """The clock passes valid_until while a worker is paused; cancels race late workers."""
+
+    def test_paused_worker_past_valid_until(
+        self,
+        history: History,
+        services: Services,
+        pages,
+        max_attempts: int,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """Expired while its worker is stopped: after SIGCONT the late settle is refused."""
+        from worker.settings import get_settings
+
+        monkeypatch.setattr(get_settings(), "receipt_ttl_seconds", 3)
+        (rid,) = submit(history, [pages(slow_seconds=1)])
+        wait_running(history, rid)
+        pause_worker(services)
+        try:
+            wait_for(lambda: state_of(history, rid) == "expired", timeout=20)
+        finally:
+            resume_worker(services)
+        time.sleep(2)
+        rows = history.check(max_attempts)
+        assert rows[0].state == "expired" and rows[0].result is None
+        replay = [op for op in history.ops if op.action == "post"][0]
+        again = history.post({**body("x:y", history.workspace), "mutation_id": replay.key})
+        assert again is not None and again.status_code in (200, 409)
+
+    def test_cancel_races_running_workers(self, history: History, pages, max_attempts: int) -> None:
+        """Cancels sent while workers run: every cancelled retrieval stays cancelled."""
+        ids = submit(history, [pages(slow_seconds=1) for _ in range(6)])
+        time.sleep(0.5)
+        for rid in ids[::2]:
+            history.cancel(rid)
+        rows = {str(r.id): r for r in history.check(max_attempts)}
+        for rid in ids[::2]:
+            assert rows[rid].state in ("cancelled", "completed")
+            if rows[rid].state == "cancelled":
+                assert rows[rid].evidence_id is None
+
+
+class TestBeatDown:
+    """Without beat, lost work is visible in readiness; it settles once beat returns."""
+
+    def test_stuck_row_visible_then_rescued(
+        self, history: History, services: Services, pages, max_attempts: int
+    ) -> None:
+        """Beat and a worker child die: /readyz shows the oldest running age; beat recovers it."""
+        services.beat.kill_group()
+        (rid,) = submit(history, [pages(slow_seconds=3)])
+        wait_running(history, rid)
+        signal_children(services, signal.SIGKILL)
+        time.sleep(11)  # past the lease: nothing rescues it without beat
+        assert state_of(history, rid) == "running"
+        checks = history.api.client.get("/readyz").json()["checks"]
+        assert checks["oldest_age_seconds"]["running"] >= 10
+        services.beat.start()
+        rows = history.check(max_attempts)
+        assert rows[0].state == "completed" and rows[0].attempt == 2
