@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +21,10 @@ from worker.models import ApiKey
 
 KEY_PREFIX = "evk_"
 SCOPE_RESEARCH = "agent:research"
+#: How long a verified key is trusted without asking the database again (so a revocation
+#: takes effect within this many seconds); saves a round trip on every request.
+KEY_CACHE_SECONDS = 10.0
+KEY_CACHE_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -63,22 +68,52 @@ def create_key(
     return secret
 
 
+class _KeyCache:
+    """Recently verified keys by hash; only hits are kept, so unknown keys cannot fill it."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[float, Principal]] = {}
+
+    def get(self, key_hash: str) -> Principal | None:
+        entry = self._entries.get(key_hash)
+        if entry is None or entry[0] < time.monotonic():
+            return None
+        return entry[1]
+
+    def put(self, key_hash: str, principal: Principal) -> None:
+        if len(self._entries) >= KEY_CACHE_SIZE:
+            self._entries.clear()
+        self._entries[key_hash] = (time.monotonic() + KEY_CACHE_SECONDS, principal)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+key_cache = _KeyCache()
+
+
 def authenticate(session: Session, authorization: str | None) -> Principal:
     """Resolve a `Bearer` header to a principal, or refuse with 401."""
     scheme, _, token = (authorization or "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise not_entitled("a Bearer API key is required", status=401)
+    key_hash = hash_key(token)
+    cached = key_cache.get(key_hash)
+    if cached is not None:
+        return cached
     key = session.execute(
         sa.select(ApiKey).where(
-            ApiKey.__table__.c.key_hash == hash_key(token),  # type: ignore[attr-defined]
+            ApiKey.__table__.c.key_hash == key_hash,  # type: ignore[attr-defined]
             ApiKey.__table__.c.revoked_at.is_(None),  # type: ignore[attr-defined]
         )
     ).scalar_one_or_none()
     if key is None:
         raise not_entitled("the API key is not valid", status=401)
-    return Principal(
+    principal = Principal(
         key_id=key.id,
         workspaces=frozenset(uuid.UUID(w) for w in key.workspaces),
         scopes=frozenset(key.scopes),
     )
+    key_cache.put(key_hash, principal)
+    return principal

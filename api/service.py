@@ -46,8 +46,9 @@ def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[di
         ids = {"retrieval_id": str(row.id), "workspace_id": str(row.workspace_id)}
         with structlog.contextvars.bound_contextvars(**ids):
             log.info("retrieval_created", kind=row.kind)
-            if outbox.publish([row.id]):
-                db.with_transient_retry(lambda s: store.mark_published(s, [row.id], clock.now()))
+            if not outbox.publish([row.id]):
+                db.with_transient_retry(lambda s: store.mark_unpublished(s, row.id))
+                row.published_at = None
     return retrieval_payload(row), created
 
 

@@ -71,13 +71,15 @@ def create_retrieval(
     """Record `request` once; return the row and whether this call created it.
 
     The UNIQUE(workspace_id, mutation_id) constraint decides races: INSERT … ON CONFLICT DO
-    NOTHING, then read whichever row won and compare its payload.
+    NOTHING, then (only when it did nothing) read whichever row won and compare its payload.
+    A new row is marked published at once, optimistically: the caller publishes right after
+    the commit and clears the mark if that fails (`mark_unpublished`); a crash in between is
+    caught by the sweep, which republishes pending rows whose publish is old.
     """
-    new_id = uuid.uuid4()
     stmt = (
         _insert(session)(Retrieval.__table__)
         .values(
-            id=new_id,
+            id=uuid.uuid4(),
             workspace_id=request.workspace_id,
             mutation_id=request.mutation_id,
             url=request.url,
@@ -85,29 +87,37 @@ def create_retrieval(
             language=request.language_key,
             state=S.PENDING.value,
             attempt=0,
+            published_at=now,
             created_at=now,
             valid_until=now + ttl,
         )
         .on_conflict_do_nothing(index_elements=["workspace_id", "mutation_id"])
-        .returning(T.id)
+        .returning(*Retrieval.__table__.columns)  # type: ignore[attr-defined]
     )
-    created = session.execute(stmt).scalar_one_or_none() is not None
+    inserted = session.execute(stmt).one_or_none()
+    if inserted is not None:
+        return Retrieval(**inserted._mapping), True
     row = session.execute(
         sa.select(Retrieval).where(
             T.workspace_id == request.workspace_id, T.mutation_id == request.mutation_id
         )
     ).scalar_one()
-    if not created and (row.url, row.kind, row.language) != (
-        request.url,
-        request.kind,
-        request.language_key,
-    ):
+    if (row.url, row.kind, row.language) != (request.url, request.kind, request.language_key):
         raise MutationConflict(str(request.mutation_id))
-    return row, created
+    return row, False
 
 
 def get_retrieval(session: Session, retrieval_id: uuid.UUID) -> Retrieval | None:
     return session.get(Retrieval, retrieval_id, populate_existing=True)
+
+
+def mark_unpublished(session: Session, retrieval_id: uuid.UUID) -> None:
+    """The broker did not take it: leave it to the sweep, which publishes NULLs first."""
+    session.execute(
+        sa.update(Retrieval)
+        .where(T.id == retrieval_id, T.state == S.PENDING.value)
+        .values(published_at=None)
+    )
 
 
 def mark_published(session: Session, ids: list[uuid.UUID], now: datetime) -> None:
