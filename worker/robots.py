@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import quote
@@ -25,6 +26,10 @@ ROBOTS_MAX_BYTES = 500 * 1024
 ROBOTS_TTL_SECONDS = 3600
 #: How long a server-error answer (disallow all) is remembered, in seconds.
 ROBOTS_ERROR_TTL_SECONDS = 300
+#: How long a worker process reuses an origin's answer, parsed, before asking Redis again.
+ROBOTS_LOCAL_TTL_SECONDS = 30.0
+#: Origins a worker process remembers at most (the memo is emptied when full).
+ROBOTS_LOCAL_MAX_ORIGINS = 1024
 
 ALLOW_ALL = "allow_all"
 DISALLOW_ALL = "disallow_all"
@@ -148,7 +153,7 @@ class RobotsAnswer:
 
 
 class RobotsPolicy:
-    """Obey robots.txt per origin, caching each origin's answer in Redis."""
+    """Obey robots.txt per origin: answers cached in Redis, and parsed in-process for a while."""
 
     def __init__(
         self,
@@ -158,12 +163,15 @@ class RobotsPolicy:
         *,
         ttl_seconds: int = ROBOTS_TTL_SECONDS,
         error_ttl_seconds: int = ROBOTS_ERROR_TTL_SECONDS,
+        local_ttl_seconds: float = ROBOTS_LOCAL_TTL_SECONDS,
     ) -> None:
         self.state = state
         self.token = product_token(user_agent)
         self.fetch = fetch
         self.ttl_seconds = ttl_seconds
         self.error_ttl_seconds = error_ttl_seconds
+        self.local_ttl_seconds = local_ttl_seconds
+        self._local: dict[str, tuple[float, RobotsAnswer, RobotsRules | None]] = {}
 
     def answer(self, origin: str) -> RobotsAnswer:
         """The origin's robots answer, from the cache or fetched (and then cached)."""
@@ -181,15 +189,26 @@ class RobotsPolicy:
         self.state.call(None, "set", key, payload, ex=ttl)
         return answer
 
+    def rules(self, origin: str) -> tuple[RobotsAnswer, RobotsRules | None]:
+        """The origin's answer and parsed rules: from this process's memo, else `answer`."""
+        now = time.monotonic()
+        memo = self._local.get(origin)
+        if memo is not None and memo[0] > now:
+            return memo[1], memo[2]
+        answer = self.answer(origin)
+        parsed = RobotsRules.parse(answer.text) if answer.kind == RULES else None
+        if len(self._local) >= ROBOTS_LOCAL_MAX_ORIGINS:
+            self._local.clear()
+        self._local[origin] = (now + self.local_ttl_seconds, answer, parsed)
+        return answer, parsed
+
     def check(self, target: ParsedTarget) -> None:
         """Raise access_denied when robots.txt disallows `target` for our product token."""
         if target.path == "/robots.txt":
             return
-        answer = self.answer(target.origin)
+        answer, parsed = self.rules(target.origin)
         if answer.kind == DISALLOW_ALL:
             detail = "robots.txt answered a server error: disallow all (RFC 9309)"
             raise FetchFailure(Reason.ACCESS_DENIED, detail)
-        if answer.kind == RULES and not RobotsRules.parse(answer.text).allowed(
-            self.token, target.path
-        ):
+        if parsed is not None and not parsed.allowed(self.token, target.path):
             raise FetchFailure(Reason.ACCESS_DENIED, f"disallowed by robots.txt for {self.token}")

@@ -12,9 +12,19 @@ import redis
 from tests.support import hostile
 from tests.support.tls_site import Page, TLSSite
 from worker.fetch import Fetcher
+from worker.fetch_guard import ParsedTarget, guard_url
 from worker.fetch_types import FetchFailure
+from worker.politeness import SharedState
 from worker.reasons import Reason
-from worker.robots import RobotsRules, glob_match, normalise_path, product_token
+from worker.robots import (
+    RULES,
+    RobotsAnswer,
+    RobotsPolicy,
+    RobotsRules,
+    glob_match,
+    normalise_path,
+    product_token,
+)
 
 RFC_EXAMPLE = """
 User-Agent: *
@@ -220,3 +230,53 @@ class TestPolicy:
         site.page("/robots.txt", "User-agent: *\nDisallow: /\n", "text/plain")
         assert make(robots_txt=False).fetch(site.url("/ok")).body == b"<p>ok</p>"
         assert "/robots.txt" not in site.hits
+
+
+class CountingRedis:
+    """A dict standing in for Redis that counts GETs."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+        self.gets = 0
+
+    def get(self, key: str) -> Any:
+        self.gets += 1
+        return self.data.get(key)
+
+    def set(self, key: str, value: Any, ex: int | None = None) -> None:
+        self.data[key] = value
+
+
+class TestLocalMemo:
+    """Each worker process reuses an origin's parsed answer for a while before asking Redis."""
+
+    def target(self, path: str) -> ParsedTarget:
+        parsed = guard_url(f"https://example.org{path}", [443], [])
+        assert isinstance(parsed, ParsedTarget)
+        return parsed
+
+    def policy(self, client: CountingRedis, fetches: list[str], ttl: float) -> RobotsPolicy:
+        def fetch(url: str) -> RobotsAnswer:
+            fetches.append(url)
+            return RobotsAnswer(RULES, "User-agent: *\nDisallow: /private/\n")
+
+        state = SharedState("redis://unused", client=client)
+        return RobotsPolicy(state, "EvidenceRetrieval/0.1", fetch, local_ttl_seconds=ttl)
+
+    def test_memo_spares_redis_and_parsing(self) -> None:
+        """Within the memo's lifetime, checks ask neither Redis nor the site again."""
+        client, fetches = CountingRedis(), []
+        policy = self.policy(client, fetches, ttl=60)
+        for _ in range(5):
+            policy.check(self.target("/ok"))
+        with pytest.raises(FetchFailure):
+            policy.check(self.target("/private/x"))
+        assert client.gets == 1 and len(fetches) == 1
+
+    def test_memo_expires_to_redis(self) -> None:
+        """After the memo's lifetime the answer comes from Redis (shared), not a new fetch."""
+        client, fetches = CountingRedis(), []
+        policy = self.policy(client, fetches, ttl=0)
+        policy.check(self.target("/ok"))
+        policy.check(self.target("/ok"))
+        assert client.gets == 2 and len(fetches) == 1
