@@ -44,4 +44,9 @@ format: install  ## Format the code
 migrate: install  ## Apply the migrations to EVIDENCE_DATABASE_URL
 	$(BIN)/evidence migrate
 
-.PHONY: help install run demo test test-faults lint format migrate
+BENCH_ARGS ?= --pages 1000 --repeat 2 --latency-ms 0,200
+bench: install  ## Throughput side by side: extraction limit, plain script, trafilatura CLI, the service
+	./deploy/ensure-services.sh --postgres
+	$(PY) -m bench.throughput $(BENCH_ARGS)
+
+.PHONY: help install run demo test test-faults lint format migrate bench

@@ -1,0 +1,78 @@
+"""The peer: what a user would write instead of the service.
+
+A plain asyncio script: httpx downloads (keep-alive pool, `--concurrency` in flight) and
+trafilatura extracts in a process pool (one process per core), with the same options the
+service uses. No database, no queue, no guard, no robots.txt.
+
+Run: python -m bench.peer_async URLS.txt --ca CA.pem [--concurrency 32] [--processes N]
+Prints one JSON line: {"pages", "ok", "seconds", "rps"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import ssl
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import httpx
+import trafilatura
+
+OPTIONS = {"favor_precision": True, "include_tables": True}
+
+
+def extract(body: bytes, url: str) -> int:
+    """Extract the main text; return its length (the text itself stays in the worker)."""
+    text = trafilatura.extract(body, url=url, **OPTIONS)
+    return len(text or "")
+
+
+def _warm(_: int) -> int:
+    return extract(b"<html><body><p>warm up</p></body></html>", "https://example.org/")
+
+
+async def run(urls: list[str], ca: str, concurrency: int, processes: int) -> tuple[int, float]:
+    """Download and extract every URL; return (pages with text, seconds)."""
+    context = ssl.create_default_context(cafile=ca)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    loop = asyncio.get_running_loop()
+    ok = 0
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        await asyncio.gather(*(loop.run_in_executor(pool, _warm, n) for n in range(processes)))
+        started = time.perf_counter()
+        gate = asyncio.Semaphore(concurrency)
+        async with httpx.AsyncClient(verify=context, limits=limits, timeout=30) as client:
+
+            async def one(url: str) -> None:
+                nonlocal ok
+                async with gate:
+                    response = await client.get(url)
+                if response.status_code == 200:
+                    chars = await loop.run_in_executor(pool, extract, response.content, url)
+                    ok += chars > 0
+
+            await asyncio.gather(*(one(url) for url in urls))
+        return ok, time.perf_counter() - started
+
+
+def main() -> None:
+    """Parse options, run, print the JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("urls")
+    parser.add_argument("--ca", required=True)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    with open(args.urls) as handle:
+        urls = [line.strip() for line in handle if line.strip()]
+    ok, seconds = asyncio.run(run(urls, args.ca, args.concurrency, args.processes))
+    out = {"pages": len(urls), "ok": ok, "seconds": seconds, "rps": len(urls) / seconds}
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The bench's fixture site: loopback HTTPS (trustme CA) serving pre-rendered pages, keep-alive.
+
+An asyncio (uvloop when installed) HTTP/1.1 server: every response is rendered once at start
+(identity and gzip), so serving costs little more than TLS and a socket write. It listens on
+127.0.0.1 … 127.0.0.K, one "host" per address, to stand in for a batch spanning K sites.
+`--latency-ms` delays every response (robots.txt included) without using CPU.
+
+Run: python -m bench.site --pages N --hosts K --latency-ms M --ready FILE
+It writes {"port", "ca", "hosts"} to FILE once listening; GET /__stats answers counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import socket
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trustme
+
+from bench.pages import ROBOTS_TXT, captions, render
+
+HTML = "text/html; charset=utf-8"
+
+
+@dataclass
+class Response:
+    """A response rendered once: header bytes for identity and gzip, and both bodies."""
+
+    plain: bytes
+    gzipped: bytes | None
+
+
+@dataclass
+class Stats:
+    """What the site served."""
+
+    connections: int = 0
+    requests: int = 0
+    bytes_out: int = 0
+    paths: dict[str, int] = field(default_factory=dict)
+
+
+def _head(status: str, content_type: str, length: int, extra: str = "") -> bytes:
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {length}\r\n"
+        f"Server: bench-site\r\nVary: Accept-Encoding\r\n{extra}\r\n"
+    ).encode()
+
+
+def build(body: bytes, content_type: str, status: str = "200 OK") -> Response:
+    """Render a response once, with a gzip variant for bodies worth compressing."""
+    plain = _head(status, content_type, len(body)) + body
+    if len(body) < 1024:
+        return Response(plain, None)
+    packed = gzip.compress(body, 6, mtime=0)
+    extra = "Content-Encoding: gzip\r\n"
+    return Response(plain, _head(status, content_type, len(packed), extra) + packed)
+
+
+def routes(pages: int, seed: int) -> dict[str, Response]:
+    """Every path the site serves."""
+    table = {"/robots.txt": build(ROBOTS_TXT, "text/plain")}
+    for index in range(pages):
+        page = render(index, seed)
+        table[page.path] = build(page.body, HTML)
+        if page.caption_path:
+            table[page.caption_path] = build(captions(index, seed), "text/vtt; charset=utf-8")
+    return table
+
+
+class Site:
+    """The server: routes, latency, counters."""
+
+    def __init__(self, table: dict[str, Response], latency: float) -> None:
+        self.table, self.latency, self.stats = table, latency, Stats()
+        self.missing = build(b"not found", "text/plain", "404 Not Found")
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve requests on one connection until the client closes it."""
+        self.stats.connections += 1
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                parts = lines[0].split(" ")
+                path = parts[1].split("?", 1)[0] if len(parts) > 2 else "/"
+                headers = {
+                    k.strip().lower(): v.strip()
+                    for k, _, v in (h.partition(":") for h in lines[1:])
+                }
+                self.stats.requests += 1
+                if self.latency:
+                    await asyncio.sleep(self.latency)
+                data = self.respond(path, headers.get("accept-encoding", ""))
+                writer.write(data)
+                self.stats.bytes_out += len(data)
+                await writer.drain()
+                if headers.get("connection", "").lower() == "close":
+                    return
+        except (ConnectionError, ssl.SSLError):
+            return
+        finally:
+            writer.close()
+
+    def respond(self, path: str, accept_encoding: str) -> bytes:
+        """The response bytes for `path`."""
+        if path == "/__stats":
+            body = json.dumps(self.stats.__dict__ | {"paths": len(self.stats.paths)}).encode()
+            return build(body, "application/json").plain
+        self.stats.paths[path] = self.stats.paths.get(path, 0) + 1
+        response = self.table.get(path, self.missing)
+        if response.gzipped is not None and "gzip" in accept_encoding:
+            return response.gzipped
+        return response.plain
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def hosts(count: int) -> list[str]:
+    """The loopback addresses standing in for `count` sites."""
+    return [f"127.0.0.{n}" for n in range(1, count + 1)]
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """Listen on every host address, write the ready file, serve forever."""
+    ca = trustme.CA()
+    names = hosts(args.hosts)
+    cert = ca.issue_cert(*names, "localhost")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    cert.configure_cert(context)
+    site = Site(routes(args.pages, args.seed), args.latency_ms / 1000)
+    port = args.port or _free_port()
+    server = await asyncio.start_server(
+        site.handle, host=names, port=port, ssl=context, backlog=1024, reuse_address=True
+    )
+    ca_path = Path(args.ready).with_suffix(".ca.pem")
+    ca.cert_pem.write_to_path(str(ca_path))
+    ready = {"port": port, "ca": str(ca_path), "hosts": names}
+    Path(args.ready).write_text(json.dumps(ready))
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    """Parse options and serve."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=1000)
+    parser.add_argument("--hosts", type=int, default=16)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--ready", required=True, help="file to write {port, ca, hosts} to")
+    args = parser.parse_args()
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(args))
+    else:
+        uvloop.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()
