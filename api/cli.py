@@ -50,10 +50,15 @@ def worker(
     concurrency: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
     queues: Annotated[str, typer.Option(help="Queues to consume.")] = "retrievals,sweep",
     hostname: Annotated[str | None, typer.Option(help="Node name (unique per worker).")] = None,
+    nice: Annotated[
+        int, typer.Option(help="Lower the workers' CPU priority (keeps a shared API responsive).")
+    ] = 0,
 ) -> None:
     """Run a Celery worker (prefork) that processes retrievals and sweeps."""
     from worker.celery_app import app as celery
 
+    if nice:
+        os.nice(nice)
     _configure_logging()
     settings = get_settings()
     n = concurrency or settings.worker_concurrency or 2 * (os.cpu_count() or 1)

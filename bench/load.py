@@ -85,8 +85,10 @@ async def _client(args: argparse.Namespace) -> dict[str, object]:
                 return
             retrieval_id = response.json()["retrieval"]["id"]
             deadline = created + args.settle_timeout
+            interval = args.poll_interval
             while time.perf_counter() < deadline:
-                await asyncio.sleep(args.poll_interval)
+                await asyncio.sleep(interval)
+                interval = min(interval * 1.5, 8.0)  # a polite client backs off
                 got = await call(
                     "GET retrieval", "GET", f"/research-api/evidence/retrievals/{retrieval_id}"
                 )
@@ -161,8 +163,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     port = free_port()
     procs = [
         Process(["api", "--port", str(port), "--workers", str(args.api_workers)], tmp / "api.log"),
-        Process(["worker", "--queues", "retrievals", "--concurrency", str(args.worker_concurrency)],
-                tmp / "worker.log"),
+        Process(["worker", "--queues", "retrievals", "--concurrency", str(args.worker_concurrency),
+                 "--nice", str(args.worker_nice)], tmp / "worker.log"),
         Process(["worker", "--queues", "sweep", "--concurrency", "1", "--hostname", "sweeper@%h"],
                 tmp / "sweeper.log"),
         Process(["beat", "--schedule", str(tmp / "beat")], tmp / "beat.log"),
@@ -220,6 +222,16 @@ def report(result: dict[str, object], args: argparse.Namespace) -> None:
     print(json.dumps({"rate": args.rate, "duration": args.duration, **result}))
 
 
+def _stop_on_sigterm() -> None:
+    """Turn SIGTERM (e.g. from `timeout`) into an exception, so the services get stopped."""
+    import signal
+
+    def _raise(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _raise)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", nargs="?", default="run", choices=["run", "client"])
@@ -230,6 +242,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--api-workers", type=int, default=1)
     parser.add_argument("--worker-concurrency", type=int, default=4)
+    parser.add_argument("--worker-nice", type=int, default=10)
     parser.add_argument("--workspace", default=str(uuid.uuid4()))
     parser.add_argument("--api", default="")
     parser.add_argument("--key", default="")
@@ -239,6 +252,7 @@ def main() -> None:
     if args.mode == "client":
         client_main(args)
     else:
+        _stop_on_sigterm()
         report(run(args), args)
 
 

@@ -55,7 +55,9 @@ def make_celery() -> Celery:
         },
         task_serializer="json",
         accept_content=["json"],
-        task_send_sent_event=True,
+        # Flower learns of tasks from the workers' events; a "sent" event per POST would cost
+        # the API an extra broker round trip.
+        task_send_sent_event=False,
         worker_send_task_events=True,
         worker_hijack_root_logger=False,
         beat_schedule={

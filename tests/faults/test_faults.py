@@ -132,12 +132,14 @@ class TestWorkerDeath:
             env.tmp / "helper-worker.log",
         ).start()
         try:
-            wait_for(lambda: attempt_of(rid) == 2, timeout=40)
-            wait_for(lambda: state_of(history, rid) == "completed", timeout=30)
+            try:
+                wait_for(lambda: attempt_of(rid) == 2, timeout=40)
+                wait_for(lambda: state_of(history, rid) == "completed", timeout=30)
+            finally:
+                resume_worker(services)
+            time.sleep(3)  # the zombie wakes, finishes its fetch and tries to settle attempt 1
         finally:
-            resume_worker(services)
-        time.sleep(3)  # the zombie wakes, finishes its fetch and tries to settle attempt 1
-        helper.stop()
+            helper.stop()
         rows = history.check(max_attempts)
         assert rows[0].state == "completed" and rows[0].attempt == 2
 
