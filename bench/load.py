@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,7 +68,7 @@ async def _client(args: argparse.Namespace) -> dict[str, object]:
                 errors[key] = errors.get(key, 0) + 1
             return response
 
-        async def one(i: int, due: float) -> None:
+        async def one(due: float) -> None:
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
             created = time.perf_counter()
             payload = {
@@ -103,7 +102,7 @@ async def _client(args: argparse.Namespace) -> dict[str, object]:
 
         start = time.perf_counter() + 0.5
         total = int(args.rate * args.duration)
-        tasks = [asyncio.create_task(one(i, start + i / args.rate)) for i in range(total)]
+        tasks = [asyncio.create_task(one(start + i / args.rate)) for i in range(total)]
         await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - start
     return {
@@ -134,8 +133,13 @@ def client_main(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> dict[str, object]:
     from tests.support.pages import article
     from tests.support.services import (
-        Process, RedisServer, create_postgres_database, drop_postgres_database, free_port, wait_for,
-    )  # fmt: skip
+        Process,
+        RedisServer,
+        create_postgres_database,
+        drop_postgres_database,
+        free_port,
+        wait_for,
+    )
     from tests.support.tls_site import TLSSite
 
     tmp = Path(tempfile.mkdtemp(prefix="evidence-load-"))
@@ -181,8 +185,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                 sys.executable, "-m", "bench.load", "client", "--api", api, "--key", key,
                 "--workspace", args.workspace, "--url", url, "--rate", str(args.rate),
                 "--duration", str(args.duration), "--poll-interval", str(args.poll_interval),
-                "--settle-timeout", str(args.settle_timeout), "--connections", str(args.connections),
-                "--out", str(out),
+                "--settle-timeout", str(args.settle_timeout),
+                "--connections", str(args.connections), "--out", str(out),
             ],
             cwd=ROOT, check=True,
         )  # fmt: skip
