@@ -66,11 +66,12 @@ def make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    pool_size = get_settings().db_pool_size
     return sa.create_engine(
         url,
         pool_pre_ping=True,
-        pool_size=10,
-        max_overflow=20,
+        pool_size=pool_size,
+        max_overflow=pool_size,
         pool_timeout=5,
         connect_args={"connect_timeout": 5},
     )

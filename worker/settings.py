@@ -56,6 +56,8 @@ class Settings(BaseSettings):
     robots_txt: bool = True
 
     # Processes.
+    #: Connections each process keeps open to PostgreSQL (plus as many again in bursts).
+    db_pool_size: int = Field(default=10, ge=1, le=100)
     worker_concurrency: int | None = None
     api_retry_after_seconds: int = 5
     log_level: str = "INFO"
