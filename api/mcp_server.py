@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.applications import Starlette
 
+from api import mcp_read_tools  # noqa: F401  (registers the read-side tools)
 from api.auth import Principal, authenticate
 from api.errors import ApiError, envelope
 from api.mcp_tools import REGISTRY, ToolSpec, parse_arguments

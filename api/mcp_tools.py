@@ -3,7 +3,8 @@
 A tool is an async function `(principal, arguments) -> payload` registered with `@tool`, named
 after its contract files in `worker/schemas/` (`<contract>.input.json`, `.output.json`,
 `.annotations.json`), which are advertised byte for byte of meaning and enforced on every call.
-Adding a tool of the read side is one decorated function over `api.service`.
+A tool with no contract file for a part supplies that document with `provide` (contract files
+always win). The read side's tools live in `api.mcp_read_tools`, on this same registry.
 """
 
 from __future__ import annotations
@@ -76,14 +77,25 @@ def tool(
     return register
 
 
+#: Schema documents of tools that have no such contract file, by the file name they stand for.
+PROVIDED: dict[str, str] = {}
+
+
+def provide(filename: str, document: dict[str, Any]) -> None:
+    """Supply `filename`'s document for a tool without that contract file (files still win)."""
+    PROVIDED[filename] = json.dumps(document)
+
+
 @cache
-def _contract_text(filename: str) -> str:
-    return (SCHEMAS / filename).read_text(encoding="utf-8")
+def _contract_text(filename: str) -> str | None:
+    path = SCHEMAS / filename
+    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def contract_file(filename: str) -> dict[str, Any]:
-    """A fresh copy of one contract file's JSON."""
-    return json.loads(_contract_text(filename))
+    """A fresh copy of one contract file's JSON (or of the document provided in its place)."""
+    text = _contract_text(filename)
+    return json.loads(text if text is not None else PROVIDED[filename])
 
 
 def _format_checker() -> FormatChecker:
