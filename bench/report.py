@@ -76,7 +76,8 @@ def summary(results: list[Runs], limit: Runs) -> dict[str, Any]:
     latencies = sorted({r.latency_ms for r in results})
     by = {(r.name, r.latency_ms): r for r in results}
     line: dict[str, Any] = {"limit_rps": round(limit.median, 2), "limit_runs": limit.rps}
-    line["limit_cpu_ms"] = round(statistics.fmean(limit.cpu_per) * 1000, 3)
+    limit_cpu = statistics.fmean(limit.cpu_per) if limit.cpu_per else 0.0
+    line["limit_cpu_ms"] = round(limit_cpu * 1000, 3)
     for index, latency in enumerate(latencies):
         suffix = "" if index == 0 else f"_at_{latency:g}ms"
         for name in ("peer", "cli", "service"):
@@ -95,9 +96,7 @@ def summary(results: list[Runs], limit: Runs) -> dict[str, Any]:
             line[f"service_over_{name}{suffix}"] = _ratio(rps, other.median if other else 0)
         split = mean_split(service)
         line[f"service_cpu_ms{suffix}"] = {k: round(v * 1000, 3) for k, v in split.items()}
-        line[f"service_cpu_over_limit{suffix}"] = _ratio(
-            statistics.fmean(limit.cpu_per), split.get("total", 0.0)
-        )
+        line[f"service_cpu_over_limit{suffix}"] = _ratio(limit_cpu, split.get("total", 0.0))
         line[f"worker_rss_mb{suffix}"] = service.extra.get("worker_rss_mb")
         line[f"worker_rss_growth_mb{suffix}"] = service.extra.get("worker_rss_growth_mb")
         line[f"worker_pss_total_mb{suffix}"] = service.extra.get("worker_pss_total_mb")
