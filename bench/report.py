@@ -96,7 +96,9 @@ def summary(results: list[Runs], limit: Runs) -> dict[str, Any]:
             line[f"service_over_{name}{suffix}"] = _ratio(rps, other.median if other else 0)
         split = mean_split(service)
         line[f"service_cpu_ms{suffix}"] = {k: round(v * 1000, 3) for k, v in split.items()}
-        line[f"service_cpu_over_limit{suffix}"] = _ratio(limit_cpu, split.get("total", 0.0))
+        line[f"service_cpu_over_limit{suffix}"] = (
+            _ratio(limit_cpu, split.get("total", 0.0)) if limit_cpu else None
+        )
         line[f"worker_rss_mb{suffix}"] = service.extra.get("worker_rss_mb")
         line[f"worker_rss_growth_mb{suffix}"] = service.extra.get("worker_rss_growth_mb")
         line[f"worker_pss_total_mb{suffix}"] = service.extra.get("worker_pss_total_mb")
