@@ -1,9 +1,9 @@
 """Routes of the retrieval lifecycle."""
 
 import uuid
-from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 
 from api import service
 from api.deps import PrincipalDep, SessionDep
@@ -12,23 +12,26 @@ from api.schemas import RetrieveRequest
 router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
 
 
-@router.post("/retrieve", status_code=202)
-def retrieve(body: RetrieveRequest, principal: PrincipalDep, response: Response) -> dict[str, Any]:
+# Payloads are built JSON-safe (`api.payloads`), so routes answer them as they are instead of
+# letting FastAPI walk every field (up to 20 000 characters of text) through its encoder.
+
+
+@router.post("/retrieve", status_code=202, response_class=JSONResponse)
+def retrieve(body: RetrieveRequest, principal: PrincipalDep) -> JSONResponse:
     """Record a retrieval (202), or return the one this mutation_id already made (200)."""
     payload, created = service.submit_retrieval(principal, body)
-    response.status_code = 202 if created else 200
-    return payload
+    return JSONResponse(payload, status_code=202 if created else 200)
 
 
-@router.get("/retrievals/{retrieval_id}")
+@router.get("/retrievals/{retrieval_id}", response_class=JSONResponse)
 def get_retrieval(
     retrieval_id: uuid.UUID, principal: PrincipalDep, session: SessionDep
-) -> dict[str, Any]:
+) -> JSONResponse:
     """The retrieval as it stands now."""
-    return service.read_retrieval(session, principal, retrieval_id)
+    return JSONResponse(service.read_retrieval(session, principal, retrieval_id))
 
 
-@router.post("/retrievals/{retrieval_id}/cancel")
-def cancel_retrieval(retrieval_id: uuid.UUID, principal: PrincipalDep) -> dict[str, Any]:
+@router.post("/retrievals/{retrieval_id}/cancel", response_class=JSONResponse)
+def cancel_retrieval(retrieval_id: uuid.UUID, principal: PrincipalDep) -> JSONResponse:
     """Cancel a pending or running retrieval."""
-    return service.cancel_retrieval(principal, retrieval_id)
+    return JSONResponse(service.cancel_retrieval(principal, retrieval_id))
