@@ -51,7 +51,7 @@ MAX_REPETITIONS = 2
 EXTENSIVE_DATE_SEARCH = on
 EXTERNAL_URLS = off
 """
-console = Console(stderr=True)
+console = Console(stderr=True, width=120)
 
 
 class Site:
