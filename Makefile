@@ -44,6 +44,11 @@ format: install  ## Format the code
 migrate: install  ## Apply the migrations to EVIDENCE_DATABASE_URL
 	$(BIN)/evidence migrate
 
+LOAD_ARGS ?= --rate 200 --duration 60
+load: install  ## Load test: open-loop POST-then-poll against the running service (PostgreSQL)
+	./deploy/ensure-services.sh --postgres
+	$(PY) -m bench.load $(LOAD_ARGS)
+
 BENCH_ARGS ?= --pages 1000 --repeat 2 --latency-ms 0,200
 bench: install  ## Throughput side by side: extraction limit, plain script, trafilatura CLI, the service
 	./deploy/ensure-services.sh --postgres
