@@ -20,6 +20,7 @@ from tests.support.services import (
     RedisServer,
     create_postgres_database,
     drop_postgres_database,
+    free_port,
     wait_for,
 )
 from tests.support.tls_site import TLSSite
@@ -40,6 +41,10 @@ TEST_ENV = {
 }
 
 
+#: robots.txt of the second test origin: our product token may not fetch /private/.
+ROBOTS_TXT = "User-agent: *\nDisallow: /private/\n"
+
+
 class Env:
     """What the session set up."""
 
@@ -49,6 +54,9 @@ class Env:
     broker_url: str
     redis: RedisServer
     site: TLSSite
+    #: A second origin (its own robots.txt), and an allowed port where nothing listens.
+    robots_site: TLSSite
+    closed_port: int
     tmp: Path
 
 
@@ -77,6 +85,9 @@ def pytest_configure(config: pytest.Config) -> None:
     ENV.redis = RedisServer(ENV.tmp).start()
     ENV.broker_url = ENV.redis.url
     ENV.site = TLSSite().start()
+    ENV.robots_site = TLSSite(ca=ENV.site.ca).start()
+    ENV.robots_site.page("/robots.txt", ROBOTS_TXT, "text/plain")
+    ENV.closed_port = free_port()
     ca_path = ENV.site.write_ca(ENV.tmp / "ca.pem")
     os.environ.update(TEST_ENV)
     os.environ.update(
@@ -85,7 +96,9 @@ def pytest_configure(config: pytest.Config) -> None:
             "EVIDENCE_BROKER_URL": ENV.broker_url,
             "EVIDENCE_EGRESS_ALLOW_CIDRS": "127.0.0.1/32",
             "EVIDENCE_CA_BUNDLE": str(ca_path),
-            "EVIDENCE_FETCH_ALLOWED_PORTS": str(ENV.site.port),
+            "EVIDENCE_FETCH_ALLOWED_PORTS": ",".join(
+                str(p) for p in (ENV.site.port, ENV.robots_site.port, ENV.closed_port)
+            ),
         }
     )
     from worker.migrate import upgrade
@@ -97,6 +110,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or not hasattr(ENV, "site"):
         return
     ENV.site.stop()
+    ENV.robots_site.stop()
     ENV.redis.stop()
     from worker import db
 

@@ -144,6 +144,39 @@ class TestGuardOutcomes:
             assert retrieval["result"]["reason"] != "timeout" or case.reason == "timeout"
 
 
+class TestOriginPolicies:
+    """robots.txt and an unreachable origin, through the worker."""
+
+    def test_robots_disallowed_path_is_access_denied(self, http: object, env: object) -> None:
+        """A path robots.txt disallows is blocked/access_denied; an allowed one is fetched."""
+        site: TLSSite = env.robots_site  # type: ignore[attr-defined]
+        workspace = uuid.uuid4()
+        api = Api(http, make_key([workspace]))
+        private = site.page("/private/report", article("Private"))
+        public = site.page("/public/report", article("Public"))
+        denied = api.wait(api.post(body(private, workspace)).json()["retrieval"]["id"])
+        allowed = api.wait(api.post(body(public, workspace)).json()["retrieval"]["id"])
+        assert (denied["result"]["status"], denied["result"]["reason"]) == (
+            "blocked",
+            "access_denied",
+        )
+        assert site.hits.get("/private/report", 0) == 0
+        assert site.hits.get("/robots.txt", 0) >= 1
+        assert allowed["result"]["status"] == "ready"
+
+    def test_refused_connection_is_egress_unavailable(self, http: object, env: object) -> None:
+        """An allowed port where nothing listens is unavailable/egress_unavailable."""
+        workspace = uuid.uuid4()
+        api = Api(http, make_key([workspace]))
+        url = f"https://127.0.0.1:{env.closed_port}/page"  # type: ignore[attr-defined]
+        done = api.wait(api.post(body(url, workspace)).json()["retrieval"]["id"])
+        assert (done["result"]["status"], done["result"]["reason"]) == (
+            "unavailable",
+            "egress_unavailable",
+        )
+        assert done["evidence"] is None
+
+
 class TestWorkerMemory:
     """Decompression bombs stop at the byte bound inside the worker, not at the machine's."""
 
