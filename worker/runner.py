@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 from celery.exceptions import SoftTimeLimitExceeded
@@ -48,11 +48,6 @@ def produce_output(claim: store.Claim) -> PipelineOutput:
     except SoftTimeLimitExceeded:
         log.warning("soft_time_limit")
         return PipelineOutput(failure_result(claim.kind, Reason.TIMEOUT, clock.now()))  # type: ignore[arg-type]
-
-
-def produce_result(claim: store.Claim) -> dict[str, Any]:
-    """Fetch and extract: the content step. Never raises for a source's misbehaviour."""
-    return produce_output(claim).result
 
 
 def run_retrieval(retrieval_id: uuid.UUID) -> str:

@@ -157,7 +157,8 @@ def settle(
 ) -> bool:
     """Record the outcome of `claim`; False when the claim was fenced off (cancel, expiry, re-run).
 
-    The UPDATE only matches the attempt that claimed, so a late zombie writes nothing; the
+    The UPDATE only matches the attempt that claimed, and only before `valid_until`, so a late
+    zombie or a result past the receipt's lifetime writes nothing; the
     evidence revision is recorded in the same transaction, after the retrieval row is won.
     """
     won = session.execute(
@@ -166,11 +167,14 @@ def settle(
             T.id == claim.retrieval_id,
             T.state == S.RUNNING.value,
             T.attempt == claim.attempt,
+            T.valid_until > now,
         )
         .values(state=S.COMPLETED.value, result=result, settled_at=now, lease_until=None)
         .returning(T.workspace_id, T.url)
     ).one_or_none()
     if won is None:
+        # Too late is too late: past valid_until the retrieval is expired, not completed.
+        expire_due(session, now, claim.retrieval_id)
         return False
     if has_content(result):
         evidence_id, revision = evidence_store.record(

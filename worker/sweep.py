@@ -64,10 +64,10 @@ def _publish_due(now: datetime, republish_after: timedelta) -> int:
         if not due:
             return 0
         queued = outbox.queue_length()
+        if queued is None:
+            return 0  # the broker is down: try again next sweep
         never_published = store.count_unpublished(session, due)
         limit = never_published + publish_limit(len(due) - never_published, queued)
-        if queued is None:
-            return 0
         sent = outbox.publish(due[:limit])
         store.mark_published(session, sent, clock.now())
         return len(sent)
