@@ -1,0 +1,64 @@
+"""The documentation routes and liveness the contract lists."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.main import app
+
+ROUTES = [
+    ("post", "/research-api/evidence/retrieve"),
+    ("get", "/research-api/evidence/retrievals/{retrieval_id}"),
+    ("post", "/research-api/evidence/retrievals/{retrieval_id}/cancel"),
+    ("get", "/research-api/evidence/{evidence_id}"),
+    ("post", "/research-api/chunks/search"),
+    ("post", "/research-api/chunks/get"),
+    ("post", "/research-api/images/search"),
+    ("post", "/research-api/images/get"),
+    ("post", "/research-api/briefs/get"),
+    ("post", "/research-api/briefs/create"),
+    ("post", "/research-api/briefs/revise"),
+    ("post", "/research-api/briefs/review"),
+    ("post", "/research-api/briefs/archive"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+]
+
+
+@pytest.fixture(scope="module")
+def client() -> TestClient:
+    return TestClient(app)
+
+
+class TestDocs:
+    """GET /openapi.json and /docs describe every contract route."""
+
+    def test_openapi_lists_every_route(self, client: TestClient) -> None:
+        """Each route of CONTRACT §1 and §4 is in the OpenAPI document with its method."""
+        document = client.get("/openapi.json").json()
+        for method, path in ROUTES:
+            assert method in document["paths"].get(path, {}), (method, path)
+
+    def test_retrieve_documents_its_body(self, client: TestClient) -> None:
+        """The retrieve body schema names the contract's fields and forbids others."""
+        document = client.get("/openapi.json").json()
+        schema = document["components"]["schemas"]["RetrieveRequest"]
+        assert set(schema["properties"]) == {
+            "url",
+            "kind",
+            "language",
+            "workspace_id",
+            "mutation_id",
+        }
+        assert set(schema["required"]) == {"url", "kind", "workspace_id", "mutation_id"}
+        assert schema.get("additionalProperties") is False
+
+    def test_docs_page(self, client: TestClient) -> None:
+        """The interactive docs page is served."""
+        response = client.get("/docs")
+        assert response.status_code == 200 and "openapi.json" in response.text
+
+    def test_healthz(self, client: TestClient) -> None:
+        """Liveness answers without touching the database or broker."""
+        assert client.get("/healthz").json() == {"status": "ok"}
