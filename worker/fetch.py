@@ -150,11 +150,7 @@ class Fetcher:
             map_fetch_errors(trail),
             self._follow(url, trail, robots=self.settings.robots_txt) as (target, response),
         ):
-            failure = fetch_errors.status_failure(
-                response.status_code, target.url, response.headers.get("retry-after")
-            )
-            if failure is not None:
-                raise failure
+            self._raise_for_status(target, response)
             body, truncated = self._read_body(response, max_bytes)
             return FetchedResponse(
                 url=target.url,
@@ -205,14 +201,19 @@ class Fetcher:
             url = urljoin(target.url, location.strip())
         raise FetchFailure(Reason.UNAVAILABLE, f"more than {MAX_REDIRECTS} redirects")
 
-    def _finish(self, target: ParsedTarget, response: httpx.Response) -> FetchedResponse:
+    def _raise_for_status(self, target: ParsedTarget, response: httpx.Response) -> None:
+        """Raise the status's failure; a 429 also backs every worker off the origin."""
         failure = fetch_errors.status_failure(
             response.status_code, target.url, response.headers.get("retry-after")
         )
-        if failure is not None:
-            if failure.reason is Reason.RATE_LIMITED and failure.retry_after_seconds:
-                self.politeness.record_backoff(target.origin, failure.retry_after_seconds)
-            raise failure
+        if failure is None:
+            return
+        if failure.reason is Reason.RATE_LIMITED and failure.retry_after_seconds:
+            self.politeness.record_backoff(target.origin, failure.retry_after_seconds)
+        raise failure
+
+    def _finish(self, target: ParsedTarget, response: httpx.Response) -> FetchedResponse:
+        self._raise_for_status(target, response)
         if len(response.headers.raw) > MAX_RESPONSE_HEADERS:
             raise FetchFailure(Reason.UNAVAILABLE, "too many response headers", target.url)
         declared, charset = parse_content_type(response.headers.get("content-type"))

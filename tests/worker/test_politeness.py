@@ -74,6 +74,15 @@ class TestBackoff:
         assert second.retry_after_seconds is not None and 115 <= second.retry_after_seconds <= 120
         assert "/ok" not in site.hits
 
+    def test_media_fetch_backs_off_too(self, site: TLSSite, make: Any) -> None:
+        """A 429 on an image fetch backs off the host for page fetches as well."""
+        site.add("/busy.png", hostile.rate_limited("120"))
+        with pytest.raises(FetchFailure) as caught:
+            make().fetch_media(site.url("/busy.png"), 1024)
+        assert caught.value.reason is Reason.RATE_LIMITED
+        assert failure_of(make(), site.url("/ok")).reason is Reason.RATE_LIMITED
+        assert "/ok" not in site.hits
+
     def test_expires(self, site: TLSSite, make: Any) -> None:
         """Once Retry-After has passed, the host is fetched again."""
         site.add("/busy", hostile.rate_limited("1"))
