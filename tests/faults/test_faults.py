@@ -265,7 +265,10 @@ class TestExpiryAndCancel:
         from worker.settings import get_settings
 
         monkeypatch.setattr(get_settings(), "receipt_ttl_seconds", 3)
-        (rid,) = submit(history, [pages(slow_seconds=1)])
+        payload = body(pages(slow_seconds=1), history.workspace)
+        first = history.post(payload)
+        assert first is not None and first.status_code == 202
+        rid = first.json()["retrieval"]["id"]
         wait_running(history, rid)
         pause_worker(services)
         try:
@@ -275,9 +278,10 @@ class TestExpiryAndCancel:
         time.sleep(2)
         rows = history.check(max_attempts)
         assert rows[0].state == "expired" and rows[0].result is None
-        replay = [op for op in history.ops if op.action == "post"][0]
-        again = history.post({**body("x:y", history.workspace), "mutation_id": replay.key})
-        assert again is not None and again.status_code in (200, 409)
+        again = history.post(payload)
+        assert again is not None and again.status_code == 200
+        assert again.json()["retrieval"]["state"] == "expired"
+        assert again.json()["retrieval"]["id"] == rid
 
     def test_cancel_races_running_workers(self, history: History, pages, max_attempts: int) -> None:
         """Cancels sent while workers run: every cancelled retrieval stays cancelled."""
