@@ -71,8 +71,10 @@ def cancel_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> dict[str,
         row = store.get_retrieval(session, retrieval_id)
         if row is None or not principal.can_read(row.workspace_id):
             raise not_found("no such retrieval")
-        store.cancel(session, retrieval_id, clock.now())
-        return retrieval_payload(store.get_retrieval(session, retrieval_id))  # type: ignore[arg-type]
+        cancelled = store.cancel(session, row, clock.now())
+        if cancelled is None:  # already settled, perhaps since we read it: answer it as it is
+            cancelled = store.get_retrieval(session, retrieval_id)
+        return retrieval_payload(cancelled)  # type: ignore[arg-type]
 
     return db.with_transient_retry(_cancel)
 

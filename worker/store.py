@@ -58,7 +58,7 @@ class Claim:
     url: str
     kind: str
     language: str | None
-    workspace_id: uuid.UUID | None = None
+    workspace_id: uuid.UUID
 
 
 def _insert(session: Session) -> Any:
@@ -188,22 +188,20 @@ def settle(
     return True
 
 
-def cancel(session: Session, retrieval_id: uuid.UUID, now: datetime) -> bool:
-    """Cancel a pending or running retrieval; False when it had already settled."""
-    row = session.execute(sa.select(T.kind).where(T.id == retrieval_id)).one_or_none()
-    if row is None:
-        return False
-    result = session.execute(
+def cancel(session: Session, row: Retrieval, now: datetime) -> Retrieval | None:
+    """Cancel `row` if it is still pending or running; the cancelled row, or None if settled."""
+    cancelled = session.execute(
         sa.update(Retrieval)
-        .where(T.id == retrieval_id, T.state.in_([s.value for s in sources_of(S.CANCELLED)]))
+        .where(T.id == row.id, T.state.in_([s.value for s in sources_of(S.CANCELLED)]))
         .values(
             state=S.CANCELLED.value,
-            result=cancelled_result(row.kind, now),
+            result=cancelled_result(row.kind, now),  # type: ignore[arg-type]
             settled_at=now,
             lease_until=None,
         )
-    )
-    return bool(result.rowcount)
+        .returning(*Retrieval.__table__.columns)  # type: ignore[attr-defined]
+    ).one_or_none()
+    return None if cancelled is None else Retrieval(**cancelled._mapping)
 
 
 def expire_due(session: Session, now: datetime, retrieval_id: uuid.UUID | None = None) -> int:
