@@ -22,6 +22,7 @@ EXTRACT_OPTIONS: dict[str, bool] = {
     "favor_recall": False,
     "include_tables": True,
     "include_comments": False,
+    "fast": True,
 }
 _LOGIN_PATH = re.compile(
     r"/(?:log-?in|sign-?in|signon|auth(?:enticate)?|sso|session/new|account/login)\b", re.I
