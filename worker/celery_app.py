@@ -93,5 +93,5 @@ def _after_fork(**_: Any) -> None:
     """A forked child must not share the parent's database connections or HTTP pool."""
     from worker import db, runner
 
-    db.dispose_engine()
+    db.skip_pre_ping()  # also forgets the parent's engine
     runner.reset_fetcher()

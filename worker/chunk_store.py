@@ -15,6 +15,7 @@ from worker.read_models import EvidenceChunk
 
 TABLE: sa.Table = EvidenceChunk.__table__  # type: ignore[attr-defined]
 C = TABLE.c
+_INSERT_CHUNK = sa.insert(TABLE)
 #: Hits returned at most per search.
 MAX_LIMIT = 50
 
@@ -33,7 +34,7 @@ def record_chunks(
     config = fts.ts_config(language)
     if passages:
         session.execute(
-            sa.insert(TABLE),
+            _INSERT_CHUNK,
             [
                 {
                     "chunk_id": chunk_id(evidence_id, revision, p.ordinal),

@@ -24,6 +24,8 @@ T = TypeVar("T")
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
 #: Attempts at a short transaction that hit a transient lock or a dropped connection.
 TRANSIENT_ATTEMPTS = 4
+#: Test each pooled connection with a round trip before use (see `skip_pre_ping`).
+_pre_ping = True
 
 
 def is_sqlite(engine: Engine) -> bool:
@@ -69,7 +71,7 @@ def make_engine(url: str) -> Engine:
     pool_size = get_settings().db_pool_size
     return sa.create_engine(
         url,
-        pool_pre_ping=True,
+        pool_pre_ping=_pre_ping,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_timeout=5,
@@ -128,6 +130,18 @@ def _is_transient(exc: DBAPIError) -> bool:
     if exc.connection_invalidated or isinstance(exc, OperationalError):
         return True
     return "locked" in str(exc.orig).lower()
+
+
+def skip_pre_ping() -> None:
+    """Stop testing pooled connections before use (worker processes).
+
+    Every worker transaction runs under `with_transient_retry`, which retries on a dropped
+    connection anyway, so the `SELECT 1` per checkout (two per retrieval) buys nothing there.
+    The API keeps it: a request has no retry of its own.
+    """
+    global _pre_ping
+    _pre_ping = False
+    dispose_engine()
 
 
 def dispose_engine() -> None:

@@ -7,6 +7,7 @@ fingerprint changed; unchanged content confirms the latest revision.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import uuid
@@ -54,8 +55,42 @@ def fingerprint(result: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _insert(session: Session) -> Any:
-    return postgresql.insert if session.bind.dialect.name == "postgresql" else sqlite.insert  # type: ignore[union-attr]
+EVIDENCE: sa.Table = Evidence.__table__  # type: ignore[attr-defined]
+REVISION: sa.Table = EvidenceRevision.__table__  # type: ignore[attr-defined]
+_ITEM_KEY = ["workspace_id", "kind", "url_key", "language"]
+
+
+@functools.cache
+def _upsert_item(dialect: str) -> sa.Insert:
+    """INSERT the item, or lock the existing one (a no-op DO UPDATE), returning it either way.
+
+    The row lock makes concurrent writers of one item number revisions one at a time.
+    """
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(EVIDENCE).values(
+        id=sa.bindparam("b_id"),
+        workspace_id=sa.bindparam("b_workspace_id"),
+        kind=sa.bindparam("b_kind"),
+        url_key=sa.bindparam("b_url_key"),
+        language=sa.bindparam("b_language"),
+        latest_revision=0,
+        created_at=sa.bindparam("b_now"),
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=_ITEM_KEY, set_={"latest_revision": E.latest_revision}
+    )
+    return stmt.returning(E.id, E.latest_revision)
+
+
+_FIND_REVISION = sa.select(R.revision).where(
+    R.evidence_id == sa.bindparam("b_evidence_id"), R.content_sha256 == sa.bindparam("b_sha")
+)
+_INSERT_REVISION = sa.insert(REVISION)
+_SET_LATEST = (
+    sa.update(EVIDENCE)
+    .where(E.id == sa.bindparam("b_evidence_id"))
+    .values(latest_revision=sa.bindparam("b_revision"))
+)
 
 
 def record(
@@ -74,55 +109,45 @@ def record(
     provenance = result["provenance"]
     url_key = normalise_url(provenance["source_url"] or requested_url)
     language = (provenance["language"] or "").lower()
-    session.execute(
-        _insert(session)(Evidence.__table__)
-        .values(
-            id=uuid.uuid4(),
-            workspace_id=workspace_id,
-            kind=kind,
-            url_key=url_key,
-            language=language,
-            latest_revision=0,
-            created_at=now,
-        )
-        .on_conflict_do_nothing(index_elements=["workspace_id", "kind", "url_key", "language"])
-    )
-    # Lock the item so concurrent writers number revisions one at a time.
-    evidence = session.execute(
-        sa.select(E.id, E.latest_revision)
-        .where(
-            E.workspace_id == workspace_id,
-            E.kind == kind,
-            E.url_key == url_key,
-            E.language == language,
-        )
-        .with_for_update()
+    dialect = session.bind.dialect.name  # type: ignore[union-attr]
+    item = session.execute(
+        _upsert_item(dialect),
+        {
+            "b_id": uuid.uuid4(),
+            "b_workspace_id": workspace_id,
+            "b_kind": kind,
+            "b_url_key": url_key,
+            "b_language": language,
+            "b_now": now,
+        },
     ).one()
     digest = fingerprint(result)
-    existing = session.execute(
-        sa.select(R.revision).where(R.evidence_id == evidence.id, R.content_sha256 == digest)
-    ).scalar_one_or_none()
-    if existing is not None:
-        return evidence.id, int(existing)
-    revision = evidence.latest_revision + 1
+    if item.latest_revision:  # an item without revisions was created just now
+        existing = session.execute(
+            _FIND_REVISION, {"b_evidence_id": item.id, "b_sha": digest}
+        ).scalar_one_or_none()
+        if existing is not None:
+            return item.id, int(existing)
+    revision = item.latest_revision + 1
     session.execute(
-        sa.insert(EvidenceRevision.__table__).values(
-            evidence_id=evidence.id,
-            revision=revision,
-            content_sha256=digest,
-            text=result["text"],
-            title=result["title"],
-            description=result["description"],
-            segments=result["segments"],
-            provenance=provenance,
-            created_at=now,
-        )
+        _INSERT_REVISION,
+        {
+            "evidence_id": item.id,
+            "revision": revision,
+            "content_sha256": digest,
+            "text": result["text"],
+            "title": result["title"],
+            "description": result["description"],
+            "segments": result["segments"],
+            "provenance": provenance,
+            "created_at": now,
+        },
     )
-    session.execute(sa.update(Evidence).where(E.id == evidence.id).values(latest_revision=revision))
+    session.execute(_SET_LATEST, {"b_evidence_id": item.id, "b_revision": revision})
     from worker.read_index import index_revision
 
-    index_revision(session, workspace_id, evidence.id, revision, result, images)
-    return evidence.id, revision
+    index_revision(session, workspace_id, item.id, revision, result, images)
+    return item.id, revision
 
 
 def get_evidence(session: Session, evidence_id: uuid.UUID) -> Evidence | None:

@@ -15,6 +15,7 @@ from worker.read_models import EvidenceImage
 
 TABLE: sa.Table = EvidenceImage.__table__  # type: ignore[attr-defined]
 I = TABLE.c  # noqa: E741
+_INSERT_IMAGE = sa.insert(TABLE)
 #: Namespace of image ids: uuid5 of (evidence id, revision, ordinal).
 IMAGE_NAMESPACE = uuid.UUID("5d0c6a2e-1f43-4b7e-8c2a-9e6f3b1d4c27")
 MAX_LIMIT = 50
@@ -37,7 +38,7 @@ def record_images(
     config = fts.ts_config(language)
     if images:
         session.execute(
-            sa.insert(TABLE),
+            _INSERT_IMAGE,
             [
                 {
                     "image_id": image_id(evidence_id, revision, ordinal),

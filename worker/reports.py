@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import date
 from typing import Any
@@ -20,17 +21,20 @@ REPORT: sa.Table = EvidenceReport.__table__  # type: ignore[attr-defined]
 E, R, RP = EVIDENCE.c, REVISION.c, REPORT.c
 
 
-def ensure_report(session: Session, evidence_id: uuid.UUID) -> int:
-    """Give an evidence item its integer report id (once); return it."""
-    insert = postgresql.insert if session.bind.dialect.name == "postgresql" else sqlite.insert  # type: ignore[union-attr]
-    session.execute(
-        insert(EvidenceReport.__table__)
-        .values(evidence_id=evidence_id)
+@functools.cache
+def _insert_report(dialect: str) -> sa.Insert:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        insert(REPORT)
+        .values(evidence_id=sa.bindparam("b_evidence_id"))
         .on_conflict_do_nothing(index_elements=["evidence_id"])
     )
-    return int(
-        session.execute(sa.select(RP.report_id).where(RP.evidence_id == evidence_id)).scalar_one()
-    )
+
+
+def ensure_report(session: Session, evidence_id: uuid.UUID) -> None:
+    """Give an evidence item its integer report id (once)."""
+    dialect = session.bind.dialect.name  # type: ignore[union-attr]
+    session.execute(_insert_report(dialect), {"b_evidence_id": evidence_id})
 
 
 def with_report(stmt: sa.Select[Any], table: sa.Table) -> sa.Select[Any]:

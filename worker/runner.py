@@ -62,9 +62,7 @@ def run_retrieval(retrieval_id: uuid.UUID) -> str:
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
     output = produce_output(claim)
     result = output.result
-    settled = db.with_transient_retry(
-        lambda s: store.settle(s, claim, result, clock.now(), output.images)
-    )
+    settled = store.settle_claim(claim, result, clock.now(), output.images)
     log.info(
         "settled" if settled else "settle_fenced",
         attempt=claim.attempt,

@@ -26,7 +26,38 @@ from worker.states import sources_of
 if TYPE_CHECKING:
     from worker.images import ImageRef
 
-T = Retrieval.__table__.c  # type: ignore[attr-defined]
+RETRIEVAL: sa.Table = Retrieval.__table__  # type: ignore[attr-defined]
+T = RETRIEVAL.c
+
+# The worker's two statements per delivery, built once (bound parameters are prefixed `b_`:
+# SQLAlchemy reserves the column names for the SET clause).
+_CLAIM = (
+    sa.update(RETRIEVAL)
+    .where(
+        T.id == sa.bindparam("b_id"),
+        T.state == S.PENDING.value,
+        T.valid_until > sa.bindparam("b_now"),
+    )
+    .values(state=S.RUNNING.value, attempt=T.attempt + 1, lease_until=sa.bindparam("b_lease_until"))
+    .returning(T.attempt, T.url, T.kind, T.language, T.workspace_id)
+)
+_SETTLE = (
+    sa.update(RETRIEVAL)
+    .where(
+        T.id == sa.bindparam("b_id"),
+        T.state == S.RUNNING.value,
+        T.attempt == sa.bindparam("b_attempt"),
+        T.valid_until > sa.bindparam("b_now"),
+    )
+    .values(
+        state=S.COMPLETED.value,
+        result=sa.bindparam("b_result", type_=T.result.type),
+        settled_at=sa.bindparam("b_now"),
+        lease_until=None,
+        evidence_id=sa.bindparam("b_evidence_id", type_=T.evidence_id.type),
+        evidence_revision=sa.bindparam("b_revision", type_=sa.Integer),
+    )
+)
 
 
 class MutationConflict(Exception):
@@ -135,10 +166,7 @@ def claim(
 ) -> Claim | None:
     """Move pending → running and bump the attempt; None when someone else has it or it ended."""
     row = session.execute(
-        sa.update(Retrieval)
-        .where(T.id == retrieval_id, T.state == S.PENDING.value, T.valid_until > now)
-        .values(state=S.RUNNING.value, attempt=T.attempt + 1, lease_until=now + lease)
-        .returning(T.attempt, T.url, T.kind, T.language, T.workspace_id)
+        _CLAIM, {"b_id": retrieval_id, "b_now": now, "b_lease_until": now + lease}
     ).one_or_none()
     if row is None:
         expire_due(session, now, retrieval_id)
@@ -148,43 +176,60 @@ def claim(
     )
 
 
+class Fenced(Exception):
+    """The settle lost its claim (cancel, expiry, a newer attempt): its writes are rolled back."""
+
+
 def settle(
     session: Session,
     claim: Claim,
     result: dict[str, Any],
     now: datetime,
     images: Sequence[ImageRef] = (),
-) -> bool:
-    """Record the outcome of `claim`; False when the claim was fenced off (cancel, expiry, re-run).
+) -> None:
+    """Record the outcome of `claim` in `session`'s transaction; raise `Fenced` if it lost.
 
-    The UPDATE only matches the attempt that claimed, and only before `valid_until`, so a late
-    zombie or a result past the receipt's lifetime writes nothing; the
-    evidence revision is recorded in the same transaction, after the retrieval row is won.
+    The evidence revision (if the result has content) is written first, then one UPDATE sets
+    the outcome and the revision it names, matching only the attempt that claimed and only
+    before `valid_until`. When that UPDATE matches nothing, `Fenced` makes the caller roll the
+    whole transaction back, so a late zombie or a result past the receipt's lifetime leaves no
+    trace. Lock order is always the evidence item, then the retrieval row.
     """
-    won = session.execute(
-        sa.update(Retrieval)
-        .where(
-            T.id == claim.retrieval_id,
-            T.state == S.RUNNING.value,
-            T.attempt == claim.attempt,
-            T.valid_until > now,
-        )
-        .values(state=S.COMPLETED.value, result=result, settled_at=now, lease_until=None)
-        .returning(T.workspace_id, T.url)
-    ).one_or_none()
-    if won is None:
-        # Too late is too late: past valid_until the retrieval is expired, not completed.
-        expire_due(session, now, claim.retrieval_id)
-        return False
+    evidence_id = revision = None
     if has_content(result):
         evidence_id, revision = evidence_store.record(
-            session, won.workspace_id, claim.kind, won.url, result, now, images
+            session, claim.workspace_id, claim.kind, claim.url, result, now, images
         )
-        session.execute(
-            sa.update(Retrieval)
-            .where(T.id == claim.retrieval_id)
-            .values(evidence_id=evidence_id, evidence_revision=revision)
-        )
+    won = session.execute(
+        _SETTLE,
+        {
+            "b_id": claim.retrieval_id,
+            "b_attempt": claim.attempt,
+            "b_now": now,
+            "b_result": result,
+            "b_evidence_id": evidence_id,
+            "b_revision": revision,
+        },
+    ).rowcount
+    if not won:
+        raise Fenced(str(claim.retrieval_id))
+
+
+def settle_claim(
+    claim: Claim, result: dict[str, Any], now: datetime, images: Sequence[ImageRef] = ()
+) -> bool:
+    """Settle `claim` in its own transaction; False when it was fenced off.
+
+    A fenced settle writes nothing; if the retrieval is past `valid_until` it is expired instead
+    (too late is too late: past valid_until a retrieval is expired, not completed).
+    """
+    from worker import db
+
+    try:
+        db.with_transient_retry(lambda s: settle(s, claim, result, now, images))
+    except Fenced:
+        db.with_transient_retry(lambda s: expire_due(s, now, claim.retrieval_id))
+        return False
     return True
 
 

@@ -13,8 +13,9 @@ from worker.results import Content, content_result
 pytestmark = pytest.mark.lifecycle
 
 
-def _new(ttl: timedelta) -> uuid.UUID:
-    new = store.NewRetrieval(uuid.uuid4(), uuid.uuid4(), "https://example.org/a", "url_text", None)
+def _new(ttl: timedelta, workspace_id: uuid.UUID | None = None) -> uuid.UUID:
+    workspace_id = workspace_id or uuid.uuid4()
+    new = store.NewRetrieval(workspace_id, uuid.uuid4(), "https://example.org/a", "url_text", None)
     row, created = db.with_transient_retry(
         lambda s: store.create_retrieval(s, new, clock.now(), ttl)
     )
@@ -30,11 +31,32 @@ def _claim(retrieval_id: uuid.UUID) -> store.Claim:
     return claim
 
 
-def _result() -> dict:
-    content = Content(
-        text="Some text.", source_url="https://example.org/a", content_kind="document_text"
-    )
+def _result(text: str = "Some text.") -> dict:
+    content = Content(text=text, source_url="https://example.org/a", content_kind="document_text")
     return content_result("url_text", content, clock.now())
+
+
+def _evidence_of(retrieval_id: uuid.UUID) -> tuple[uuid.UUID | None, int | None]:
+    with db.session_scope(readonly=True) as session:
+        row = store.get_retrieval(session, retrieval_id)
+        assert row is not None
+        return row.evidence_id, row.evidence_revision
+
+
+def _revision_texts(workspace_id: uuid.UUID) -> list[tuple[int, str]]:
+    import sqlalchemy as sa
+
+    from worker.models import Evidence, EvidenceRevision
+
+    e, r = Evidence.__table__.c, EvidenceRevision.__table__.c  # type: ignore[attr-defined]
+    with db.session_scope(readonly=True) as session:
+        rows = session.execute(
+            sa.select(r.revision, r.text)
+            .join_from(EvidenceRevision.__table__, Evidence.__table__, e.id == r.evidence_id)
+            .where(e.workspace_id == workspace_id)
+            .order_by(r.revision)
+        )
+        return [(row.revision, row.text) for row in rows]
 
 
 def _lose_lease(retrieval_id: uuid.UUID) -> None:
@@ -75,8 +97,8 @@ class TestSettle:
         """The claiming attempt settles; the same settle again is refused."""
         rid = _new(timedelta(hours=1))
         claim = _claim(rid)
-        assert db.with_transient_retry(lambda s: store.settle(s, claim, _result(), clock.now()))
-        assert not db.with_transient_retry(lambda s: store.settle(s, claim, _result(), clock.now()))
+        assert store.settle_claim(claim, _result(), clock.now())
+        assert not store.settle_claim(claim, _result(), clock.now())
         assert _state(rid) == ("completed", 1)
 
     def test_second_claim_refused_while_running(self) -> None:
@@ -96,16 +118,43 @@ class TestSettle:
         _rescue()
         second = _claim(rid)
         assert second.attempt == 2
-        assert not db.with_transient_retry(lambda s: store.settle(s, first, _result(), clock.now()))
-        assert db.with_transient_retry(lambda s: store.settle(s, second, _result(), clock.now()))
+        assert not store.settle_claim(first, _result(), clock.now())
+        assert store.settle_claim(second, _result(), clock.now())
         assert _state(rid) == ("completed", 2)
+
+    def test_fenced_settle_leaves_no_evidence(self) -> None:
+        """A zombie's content is rolled back with its settle: no revision, no link."""
+        workspace = uuid.uuid4()
+        rid = _new(timedelta(hours=1), workspace)
+        first = _claim(rid)
+        _lose_lease(rid)
+        _rescue()
+        second = _claim(rid)
+        assert not store.settle_claim(first, _result("Zombie text."), clock.now())
+        assert _revision_texts(workspace) == []
+        assert _evidence_of(rid) == (None, None)
+        assert store.settle_claim(second, _result("Fresh text."), clock.now())
+        assert _revision_texts(workspace) == [(1, "Fresh text.")]
+        assert _evidence_of(rid)[1] == 1
+
+    def test_revisions_follow_content(self) -> None:
+        """Same content names the same revision; new content the next one; old content its own."""
+        workspace = uuid.uuid4()
+        named = []
+        for text in ("One.", "One.", "Two.", "One."):
+            rid = _new(timedelta(hours=1), workspace)
+            assert store.settle_claim(_claim(rid), _result(text), clock.now())
+            named.append(_evidence_of(rid))
+        assert [revision for _, revision in named] == [1, 1, 2, 1]
+        assert len({evidence_id for evidence_id, _ in named}) == 1
+        assert _revision_texts(workspace) == [(1, "One."), (2, "Two.")]
 
     def test_result_past_valid_until_expires(self) -> None:
         """A result arriving after valid_until is refused and the retrieval is expired."""
         rid = _new(timedelta(seconds=30))
         claim = _claim(rid)
         late = clock.now() + timedelta(seconds=31)
-        assert not db.with_transient_retry(lambda s: store.settle(s, claim, _result(), late))
+        assert not store.settle_claim(claim, _result(), late)
         assert _state(rid) == ("expired", 1)
 
     def test_lost_on_last_attempt_is_unconfirmed(self) -> None:
