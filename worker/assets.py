@@ -8,11 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from worker import clock
-from worker.fetch_types import FetchedResponse
-from worker.images import ImageRef, extract_images
-from worker.pipeline import HTML_MIME_TYPES, FetcherLike, Kind, run_pipeline
+from worker.images import ImageRef, images_from_tree
+from worker.pipeline import HTML_MIME_TYPES, FetcherLike, HtmlPage, Kind, run_pipeline_with_page
 from worker.results import has_content
-from worker.text_clean import decode_body
 
 
 @dataclass(frozen=True)
@@ -23,25 +21,14 @@ class PipelineOutput:
     images: tuple[ImageRef, ...] = ()
 
 
-class _FirstResponse:
-    """A fetcher that remembers the first response it returned (the page itself)."""
+def page_images(page: HtmlPage | None) -> tuple[ImageRef, ...]:
+    """The images of a page served as HTML, read from the tree the pipeline already parsed.
 
-    def __init__(self, fetcher: FetcherLike) -> None:
-        self.fetcher = fetcher
-        self.first: FetchedResponse | None = None
-
-    def fetch(self, url: str) -> FetchedResponse:
-        response = self.fetcher.fetch(url)
-        if self.first is None:
-            self.first = response
-        return response
-
-
-def page_images(response: FetchedResponse | None) -> tuple[ImageRef, ...]:
-    """The images of an HTML response (none for other media)."""
-    if response is None or response.mime_type not in HTML_MIME_TYPES:
+    None for other media, nor for a body only sniffed as markup (no declared HTML type).
+    """
+    if page is None or page.tree is None or page.mime_type not in HTML_MIME_TYPES:
         return ()
-    return tuple(extract_images(decode_body(response.body, response.charset), response.url))
+    return tuple(images_from_tree(page.tree, page.url))
 
 
 def run_pipeline_with_assets(
@@ -53,7 +40,6 @@ def run_pipeline_with_assets(
     now: Callable[[], datetime] = clock.now,
 ) -> PipelineOutput:
     """`run_pipeline`, plus the page's images when the result has content."""
-    recorder = _FirstResponse(fetcher)
-    result = run_pipeline(recorder, url, kind, language, now=now)
-    images = page_images(recorder.first) if has_content(result) else ()
-    return PipelineOutput(result, images)
+    run = run_pipeline_with_page(fetcher, url, kind, language, now=now)
+    images = page_images(run.page) if has_content(run.result) else ()
+    return PipelineOutput(run.result, images)

@@ -33,10 +33,15 @@ _XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
 
 @dataclass
 class PageExtraction:
-    """What a page yielded: its content, or the reason it is blocked."""
+    """What a page yielded: its content, or the reason it is blocked; and its parsed tree.
+
+    `tree` is the page parsed once (None when it had no markup), left as parsed: callers read
+    more from it (its images) instead of parsing the page again.
+    """
 
     content: Content
     blocked: Reason | None = None
+    tree: lxml.html.HtmlElement | None = None
 
 
 def declared_language(tree: lxml.html.HtmlElement | None, headers: Mapping[str, str]) -> str | None:
@@ -97,7 +102,11 @@ def is_login_wall(tree: lxml.html.HtmlElement, text: str, final_url: str) -> boo
 
 
 def main_text(tree: lxml.html.HtmlElement, url: str | None) -> str:
-    """Return the cleaned main text found by trafilatura (metadata is read with lxml: faster)."""
+    """Return the cleaned main text found by trafilatura (metadata is read with lxml: faster).
+
+    trafilatura works on a copy of a tree it is given (core.bare_extraction), so `tree` is left
+    unchanged for the title, the description and the images read from it afterwards.
+    """
     doc = trafilatura.bare_extraction(tree, url=url, with_metadata=False, **EXTRACT_OPTIONS)
     return clean_text(doc.text or "") if doc is not None else ""
 
@@ -125,7 +134,7 @@ def extract_html(
     content.title = page_title(tree)
     content.description = page_description(tree)
     if is_login_wall(tree, text, url):
-        return PageExtraction(content, Reason.LOGIN_REQUIRED)
+        return PageExtraction(content, Reason.LOGIN_REQUIRED, tree)
     content.text = text
     if text:
         content.content_kind = "document_text"
@@ -134,4 +143,4 @@ def extract_html(
         reasons.append(Reason.METADATA_ONLY)
     if is_mismatch(language, content.language):
         reasons.append(Reason.LANGUAGE_MISMATCH)
-    return PageExtraction(content)
+    return PageExtraction(content, tree=tree)

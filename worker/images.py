@@ -166,11 +166,11 @@ def _merge(first: ImageRef, later: ImageRef) -> ImageRef:
     )
 
 
-def extract_images(html: str, base_url: str) -> list[ImageRef]:
-    """The images of a page (at most MAX_IMAGES), one per URL, with caption and credit."""
-    tree = parse_html(bound_markup(html)[0])
-    if tree is None:
-        return []
+def images_from_tree(tree: lxml.html.HtmlElement, base_url: str) -> list[ImageRef]:
+    """The images of a parsed page (at most MAX_IMAGES), one per URL, with caption and credit.
+
+    Reads the tree only: the pipeline hands over the tree it already parsed for the text.
+    """
     merged: dict[str, ImageRef] = {}
     refs = [
         *_figure_images(tree, base_url),
@@ -180,3 +180,9 @@ def extract_images(html: str, base_url: str) -> list[ImageRef]:
     for ref in refs:
         merged[ref.url] = _merge(merged[ref.url], ref) if ref.url in merged else ref
     return [replace(ref, format=image_format(ref.url)) for ref in merged.values()][:MAX_IMAGES]
+
+
+def extract_images(html: str, base_url: str) -> list[ImageRef]:
+    """The images of a page's markup: bounded and parsed as the pipeline does, then read."""
+    tree = parse_html(bound_markup(html)[0])
+    return images_from_tree(tree, base_url) if tree is not None else []

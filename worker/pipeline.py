@@ -1,8 +1,11 @@
 """The content pipeline: fetch a URL and turn the response into the contract's `result`."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
+
+import lxml.html
 
 from worker import clock
 from worker.captions import CaptionError, parse_captions, sniff_format
@@ -25,6 +28,24 @@ class FetcherLike(Protocol):
     def fetch(self, url: str) -> FetchedResponse: ...
 
 
+@dataclass(frozen=True)
+class HtmlPage:
+    """The HTML page a retrieval fetched first, parsed once: final URL, media type, tree."""
+
+    url: str
+    mime_type: str | None
+    #: None when the body held no markup.
+    tree: lxml.html.HtmlElement | None
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """A retrieval's `result`, and its HTML page when the URL answered with one."""
+
+    result: dict[str, Any]
+    page: HtmlPage | None = None
+
+
 def run_pipeline(
     fetcher: FetcherLike,
     url: str,
@@ -34,12 +55,24 @@ def run_pipeline(
     now: Callable[[], datetime] = clock.now,
 ) -> dict[str, Any]:
     """Fetch `url` and return the `result` object for a `kind` retrieval."""
+    return run_pipeline_with_page(fetcher, url, kind, language, now=now).result
+
+
+def run_pipeline_with_page(
+    fetcher: FetcherLike,
+    url: str,
+    kind: Kind,
+    language: str | None,
+    *,
+    now: Callable[[], datetime] = clock.now,
+) -> PipelineRun:
+    """`run_pipeline`, keeping the parsed HTML page so callers need not parse it again."""
     if kind == "published_captions" and is_platform_url(url):
-        return failure_result(kind, Reason.UNSUPPORTED_SOURCE, now())
+        return PipelineRun(failure_result(kind, Reason.UNSUPPORTED_SOURCE, now()))
     try:
         response = fetcher.fetch(url)
     except FetchFailure as failure:
-        return fetch_failure_result(kind, failure, now())
+        return PipelineRun(fetch_failure_result(kind, failure, now()))
     if kind == "url_text":
         return _url_text(response, language, now())
     return _captions(fetcher, response, language, now)
@@ -81,20 +114,28 @@ def _check_language(content: Content, requested: str | None) -> None:
         content.reasons.append(Reason.LANGUAGE_MISMATCH)
 
 
-def _url_text(response: FetchedResponse, language: str | None, at: datetime) -> dict[str, Any]:
+def _url_text(response: FetchedResponse, language: str | None, at: datetime) -> PipelineRun:
     kind: Kind = "url_text"
-    if _is_html(response):
-        page = extract_html(
-            response.body,
-            response.url,
-            response.headers,
-            language,
-            charset=response.charset,
-            mime_type=response.mime_type,
-        )
-        if page.blocked:
-            return failure_result(kind, page.blocked, at, content=page.content)
-        return _finish(kind, page.content, response.truncated, at)
+    if not _is_html(response):
+        return PipelineRun(_text_file(response, language, at))
+    extraction = extract_html(
+        response.body,
+        response.url,
+        response.headers,
+        language,
+        charset=response.charset,
+        mime_type=response.mime_type,
+    )
+    page = HtmlPage(response.url, response.mime_type, extraction.tree)
+    if extraction.blocked:
+        result = failure_result(kind, extraction.blocked, at, content=extraction.content)
+        return PipelineRun(result, page)
+    return PipelineRun(_finish(kind, extraction.content, response.truncated, at), page)
+
+
+def _text_file(response: FetchedResponse, language: str | None, at: datetime) -> dict[str, Any]:
+    """url_text of a response that is not HTML: plain text, or a caption file's text."""
+    kind: Kind = "url_text"
     text = decode_body(response.body, response.charset, html=False)
     caption_format = sniff_format(text, response.mime_type, response.url)
     content = Content(
@@ -126,20 +167,31 @@ def _captions(
     response: FetchedResponse,
     language: str | None,
     now: Callable[[], datetime],
-) -> dict[str, Any]:
-    kind: Kind = "published_captions"
+) -> PipelineRun:
     if not _is_html(response):
-        return _caption_file(response, language, None, now())
+        return PipelineRun(_caption_file(response, language, None, now()))
     html, _ = bound_markup(decode_body(response.body, response.charset))
-    tree = parse_html(html)
-    page = Content(source_url=response.url, mime_type=response.mime_type)
+    page = HtmlPage(response.url, response.mime_type, parse_html(html))
+    return PipelineRun(_track_captions(fetcher, response, page.tree, language, now), page)
+
+
+def _track_captions(
+    fetcher: FetcherLike,
+    response: FetchedResponse,
+    tree: lxml.html.HtmlElement | None,
+    language: str | None,
+    now: Callable[[], datetime],
+) -> dict[str, Any]:
+    """published_captions of an HTML page: the caption file of its best `<track>`."""
+    kind: Kind = "published_captions"
+    content = Content(source_url=response.url, mime_type=response.mime_type)
     track = pick_track(find_tracks(tree, response.url) if tree is not None else [], language)
     if track is None:
-        page.language = declared_language(tree, response.headers)
+        content.language = declared_language(tree, response.headers)
         reason = Reason.RESPONSE_TOO_LARGE if response.truncated else Reason.NO_CAPTIONS
-        return failure_result(kind, reason, now(), content=page)
+        return failure_result(kind, reason, now(), content=content)
     if is_platform_url(track.url):
-        return failure_result(kind, Reason.UNSUPPORTED_SOURCE, now(), content=page)
+        return failure_result(kind, Reason.UNSUPPORTED_SOURCE, now(), content=content)
     try:
         caption_response = fetcher.fetch(track.url)
     except FetchFailure as failure:

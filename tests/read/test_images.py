@@ -8,7 +8,8 @@ import pytest
 
 from worker.fetch_types import FetchedResponse, FetchFailure
 from worker.image_bytes import ImageUnavailable, fetch_image, sniff_image
-from worker.images import extract_images, split_credit
+from worker.images import extract_images, images_from_tree, split_credit
+from worker.markup import parse_html
 from worker.reasons import Reason
 
 IMAGES = Path(__file__).resolve().parents[1] / "fixtures" / "images"
@@ -96,6 +97,13 @@ class TestExtractImages:
         """Empty or image-free pages yield nothing."""
         assert extract_images("", BASE) == []
         assert extract_images("<p>text only</p>", BASE) == []
+
+    def test_from_parsed_tree(self) -> None:
+        """Reading an already parsed tree finds exactly what reading the markup finds."""
+        tree = parse_html(PAGE)
+        assert tree is not None
+        assert images_from_tree(tree, BASE) == extract_images(PAGE, BASE)
+        assert len(images_from_tree(tree, BASE)) == 6
 
     def test_split_credit(self) -> None:
         """Credits are recognised by their usual wording."""

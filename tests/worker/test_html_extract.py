@@ -2,7 +2,9 @@
 
 import time
 
-from worker.html_extract import extract_html, is_login_wall
+import lxml.html
+
+from worker.html_extract import extract_html, is_login_wall, main_text
 from worker.markup import MAX_DEPTH, bound_markup, parse_html
 from worker.reasons import Reason
 
@@ -196,6 +198,43 @@ class TestLoginWall:
         tree = parse_html("<html><body><p>Hi</p></body></html>")
         assert tree is not None
         assert not is_login_wall(tree, "Hi", "https://x.example/login")
+
+
+class TestParsedTree:
+    """The page's tree comes with its extraction, unchanged, for what else is read from it."""
+
+    FIGURE = (
+        '<figure class="hero"><img src="/img/weir.jpg" alt="The old weir">'
+        '<figcaption>The weir before removal. <span class="credit">Photo: J. Doe</span>'
+        "</figcaption></figure>"
+    )
+
+    @staticmethod
+    def _markup(tree: lxml.html.HtmlElement) -> bytes:
+        return lxml.html.tostring(tree.getroottree())
+
+    def test_main_text_leaves_the_tree_unchanged(self) -> None:
+        """trafilatura prunes a copy: figures, captions and metas stay in the tree it was given."""
+        html = article(extra_head='<meta property="og:image" content="/card.png">')
+        tree = parse_html(html.replace("<h1>", self.FIGURE + "<h1>"))
+        assert tree is not None
+        before = self._markup(tree)
+        assert PARAGRAPHS[0] in main_text(tree, URL)
+        assert self._markup(tree) == before
+        assert tree.xpath("//figcaption") and tree.xpath("//meta[@property='og:image']")
+
+    def test_extraction_carries_the_parsed_tree(self) -> None:
+        """extract_html returns the tree it parsed (bounded markup), as parse_html makes it."""
+        html = article().replace("<h1>", self.FIGURE + "<h1>")
+        page = extract_html(html.encode(), URL)
+        expected = parse_html(bound_markup(html)[0])
+        assert page.tree is not None and expected is not None
+        assert self._markup(page.tree) == self._markup(expected)
+
+    def test_blocked_and_empty_pages(self) -> None:
+        """A login wall still carries its tree; a page without markup has none."""
+        assert extract_html(TestLoginWall.LOGIN, URL).tree is not None
+        assert extract_html(b"   ", URL).tree is None
 
 
 class TestBoundMarkup:

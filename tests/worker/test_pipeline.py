@@ -1,6 +1,7 @@
 """The content pipeline end to end: the real Fetcher against a loopback HTTPS site."""
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -9,8 +10,11 @@ import pytest
 
 from tests.support.schemas import validate_result
 from tests.support.tls_site import Page, TLSSite
+from worker import markup, text_clean
+from worker.assets import run_pipeline_with_assets
 from worker.fetch import Fetcher
 from worker.fetch_types import FetchedResponse, FetchFailure
+from worker.images import ImageRef, extract_images
 from worker.pipeline import run_pipeline
 from worker.reasons import Reason
 from worker.settings import Settings
@@ -407,3 +411,105 @@ class TestFetchFailures:
 
         result = run(TrackFails(fetcher), site.url("/talks/rivers"), "published_captions")
         assert (result["status"], result["reason"]) == ("unavailable", "timeout")
+
+
+GALLERY_URL = "https://lakes.example/2026/story.html"
+LAKE_PARAGRAPH = "<p>Alpine lakes warmed faster than expected this decade, researchers said.</p>"
+GALLERY = (
+    '<!doctype html><html lang="en"><head><title>Lakes warm up</title>'
+    '<meta property="og:image" content="/img/card.jpg"><meta name="copyright" content="Lake News">'
+    "</head><body><nav><a href='/'>Home</a></nav><article><h1>Lakes warm up</h1>"
+    + LAKE_PARAGRAPH
+    * 8
+    + '<figure><img src="photos/lake.png" alt="A lake"><figcaption>The lake at dawn. '
+    '<span class="credit">Photo: A. Smith</span></figcaption></figure>'
+    '<img src="/chart.webp" alt="Oxygen by month">'
+    '<video><track kind="captions" src="/captions/lake.vtt" srclang="en"></video>'
+    "</article></body></html>"
+)
+
+
+class CannedFetcher:
+    """Answers from a dict of URL to (body, media type), without a network."""
+
+    def __init__(self, bodies: dict[str, tuple[bytes, str | None]]) -> None:
+        self.bodies = bodies
+
+    def fetch(self, url: str) -> FetchedResponse:
+        body, mime_type = self.bodies[url]
+        return FetchedResponse(url, 200, {}, body, False, mime_type, "utf-8")
+
+
+@pytest.fixture
+def page_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count decode_body, bound_markup and parse_html calls, wherever a worker module calls them."""
+    counts = {"decode_body": 0, "bound_markup": 0, "parse_html": 0}
+
+    def counting(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counts[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    reals = {
+        "decode_body": text_clean.decode_body,
+        "bound_markup": markup.bound_markup,
+        "parse_html": markup.parse_html,
+    }
+    for module_name, module in list(sys.modules.items()):
+        if module_name != "worker" and not module_name.startswith("worker."):
+            continue
+        for name, real in reals.items():
+            if getattr(module, name, None) is real:
+                monkeypatch.setattr(module, name, counting(name, real))
+    return counts
+
+
+def _old_way_images() -> tuple[ImageRef, ...]:
+    """The page's images as a second decode and parse of its markup finds them."""
+    return tuple(extract_images(GALLERY, GALLERY_URL))
+
+
+class TestPageParsedOnce:
+    """A page is decoded, bounded and parsed once; its images come from that same tree."""
+
+    def test_url_text_reads_the_page_once(self, page_reads: dict[str, int]) -> None:
+        """url_text: one decode, one bound, one parse; the images are those of the markup."""
+        fetcher = CannedFetcher({GALLERY_URL: (GALLERY.encode(), "text/html")})
+        output = run_pipeline_with_assets(fetcher, GALLERY_URL, "url_text", None, now=lambda: NOW)
+        assert page_reads == {"decode_body": 1, "bound_markup": 1, "parse_html": 1}
+        assert validate_result(output.result)["status"] == "ready"
+        assert output.images == _old_way_images()
+        lake = output.images[0]
+        assert (lake.url, lake.caption, lake.copyright) == (
+            "https://lakes.example/2026/photos/lake.png",
+            "The lake at dawn.",
+            "Photo: A. Smith",
+        )
+        assert len(output.images) == 3
+
+    def test_captions_read_the_page_once(self, page_reads: dict[str, int]) -> None:
+        """published_captions: the page is parsed once, for its track and for its images."""
+        vtt = b"WEBVTT\n\n00:00.000 --> 00:02.000\nThe lake at dawn.\n"
+        fetcher = CannedFetcher(
+            {
+                GALLERY_URL: (GALLERY.encode(), "text/html"),
+                "https://lakes.example/captions/lake.vtt": (vtt, "text/vtt"),
+            }
+        )
+        output = run_pipeline_with_assets(
+            fetcher, GALLERY_URL, "published_captions", None, now=lambda: NOW
+        )
+        assert validate_result(output.result)["text"] == "The lake at dawn."
+        assert (page_reads["bound_markup"], page_reads["parse_html"]) == (1, 1)
+        assert output.images == _old_way_images()
+
+    def test_no_images_without_content(self) -> None:
+        """A page that yields no text (a login wall) brings no images."""
+        login = GALLERY.replace("<article>", '<form><input type="password"></form><article>')
+        login = login.replace(LAKE_PARAGRAPH * 8, "<p>Members only.</p>")
+        fetcher = CannedFetcher({GALLERY_URL: (login.encode(), "text/html")})
+        output = run_pipeline_with_assets(fetcher, GALLERY_URL, "url_text", None, now=lambda: NOW)
+        assert output.result["reason"] == "login_required"
+        assert output.images == ()
