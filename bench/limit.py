@@ -9,8 +9,10 @@ import time
 import trafilatura
 
 from bench.pages import render
+from worker.html_extract import EXTRACT_OPTIONS
 
-OPTIONS = {"favor_precision": True, "include_tables": True}
+#: The service's own trafilatura options (precision, tables, no comments, no fallbacks).
+OPTIONS = EXTRACT_OPTIONS
 _PAGES: list[tuple[str, bytes]] = []
 
 

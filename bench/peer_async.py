@@ -22,7 +22,10 @@ from concurrent.futures import ProcessPoolExecutor
 import httpx
 import trafilatura
 
-OPTIONS = {"favor_precision": True, "include_tables": True}
+from worker.html_extract import EXTRACT_OPTIONS
+
+#: The service's own trafilatura options (precision, tables, no comments, no fallbacks).
+OPTIONS = EXTRACT_OPTIONS
 
 
 def extract(body: bytes, url: str) -> int:
