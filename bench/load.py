@@ -1,11 +1,22 @@
 """Load test: POST-then-poll at a fixed rate against the running service, on loopback.
 
 Starts its own PostgreSQL database, private Redis, a loopback HTTPS page, the API, a retrieval
-worker, the sweeper and beat; then a *second process* (`python -m bench.load client`) sends
-POSTs open-loop at `--rate` per second for `--duration` seconds (each request is scheduled at
-its own time, whatever earlier ones are doing, so slow answers cannot hide themselves), and
-polls each retrieval with GET until it settles. It reports latency p50/p99/max per route,
-error counts and settle times, as a table and one JSON line.
+worker, the sweeper and beat; then one or more *other processes* (`python -m bench.load client`,
+aiohttp on uvloop, a bounded connection pool) send POSTs open-loop at `--rate` per second for
+`--duration` seconds (each request is scheduled at its own time, whatever earlier ones are
+doing, so slow answers cannot hide themselves), and poll each retrieval with GET until it
+settles, honouring the API's `Retry-After` (else backing off 1.5x per poll up to 8 s).
+
+A load client that cannot keep up measures its own queueing, not the API. So the client
+reports how late its POSTs left versus their schedule (send lag), how late its event loop woke
+(loop lag, a 20 ms ticker), how long requests waited for a pooled connection, and its own CPU
+(`getrusage`); the orchestrator adds the API's and the workers' CPU from /proc. A client near
+100 % of a core, or with a send lag p99 beyond a few milliseconds, is saturated: use more
+`--client-processes` (they split the rate and interleave their schedules).
+
+It reports latency p50/p99/max per route, error counts, settle times (seen by the client, and
+`settled_at - created_at` in the database), 10-second windows, and the CPU split, as tables and
+one JSON line.
 
 Run: python -m bench.load --rate 200 --duration 60
 """
@@ -16,19 +27,26 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
-
-import httpx
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SETTLED = {"completed", "cancelled", "unconfirmed", "expired"}
+POST, GET = "POST retrieve", "GET retrieval"
+RETRIEVE_PATH = "/research-api/evidence/retrieve"
+RETRIEVAL_PATH = "/research-api/evidence/retrievals/{id}"
+MAX_POLL_INTERVAL = 8.0  # the client's own back-off cap, when the API gives no Retry-After
+MAX_RETRY_AFTER = 60.0  # a longer Retry-After is capped here
+WINDOW_SECONDS = 10
+TICK_SECONDS = 0.02
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -40,97 +58,316 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-# The client: runs in its own process.
-async def _client(args: argparse.Namespace) -> dict[str, object]:
-    latencies: dict[str, list[float]] = {"POST retrieve": [], "GET retrieval": []}
-    errors: dict[str, int] = {}
-    settle_times: list[float] = []
-    limits = httpx.Limits(
-        max_connections=args.connections, max_keepalive_connections=args.connections
-    )
-    headers = {"Authorization": f"Bearer {args.key}"}
-    async with httpx.AsyncClient(
-        base_url=args.api, limits=limits, timeout=30, headers=headers
-    ) as client:
+def cpu_self() -> float:
+    """CPU seconds (user + system) this process has used."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
-        async def call(route: str, method: str, url: str, **kw: object) -> httpx.Response | None:
-            start = time.perf_counter()
-            try:
-                response = await client.request(method, url, **kw)  # type: ignore[arg-type]
-            except httpx.HTTPError as exc:
-                errors[f"{route}: {type(exc).__name__}"] = (
-                    errors.get(f"{route}: {type(exc).__name__}", 0) + 1
-                )
-                return None
-            latencies[route].append((time.perf_counter() - start) * 1000)
-            if response.status_code not in (200, 202):
-                key = f"{route}: HTTP {response.status_code}"
-                errors[key] = errors.get(key, 0) + 1
-            return response
 
-        async def one(due: float) -> None:
-            await asyncio.sleep(max(0.0, due - time.perf_counter()))
-            created = time.perf_counter()
-            payload = {
-                "url": args.url,
-                "kind": "url_text",
-                "workspace_id": args.workspace,
-                "mutation_id": str(uuid.uuid4()),
-            }
-            response = await call(
-                "POST retrieve", "POST", "/research-api/evidence/retrieve", json=payload
-            )
-            if response is None or response.status_code not in (200, 202):
-                return
-            retrieval_id = response.json()["retrieval"]["id"]
-            deadline = created + args.settle_timeout
-            interval = args.poll_interval
-            while time.perf_counter() < deadline:
-                await asyncio.sleep(interval)
-                interval = min(interval * 1.5, 8.0)  # a polite client backs off
-                got = await call(
-                    "GET retrieval", "GET", f"/research-api/evidence/retrievals/{retrieval_id}"
-                )
-                if (
-                    got is not None
-                    and got.status_code == 200
-                    and got.json()["retrieval"]["state"] in SETTLED
-                ):
-                    settle_times.append(time.perf_counter() - created)
-                    return
-            errors["not settled in time"] = errors.get("not settled in time", 0) + 1
+def parse_retry_after(value: str | None) -> float | None:
+    """A Retry-After in seconds (the API sends integers), or None."""
+    if not value:
+        return None
+    try:
+        return min(MAX_RETRY_AFTER, max(0.0, float(value)))
+    except ValueError:
+        return None
 
+
+# The client: runs in its own process(es).
+class Recorder:
+    """What one client process saw. Times are seconds since the schedule's start."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, list[tuple[float, float]]] = {POST: [], GET: []}  # (t, ms)
+        self.errors: dict[str, int] = {}
+        self.send_lag_ms: list[float] = []
+        self.loop_lag_ms: list[float] = []
+        self.pool_wait_ms: list[float] = []
+        self.settle_s: list[float] = []
+        self.retry_after: list[float] = []
+        self.unsettled = 0
+        self.posts_answered = 0
+
+    def error(self, key: str) -> None:
+        self.errors[key] = self.errors.get(key, 0) + 1
+
+
+async def _client(args: argparse.Namespace) -> dict[str, Any]:
+    import aiohttp
+
+    rec = Recorder()
+    loop = asyncio.get_running_loop()
+    # Every process follows one global schedule (POST i is due at start + i / rate) and takes
+    # every `count`-th slot of it, so N processes together send at `rate`, evenly spaced.
+    count, index = args.process_count, args.process_index
+    slots = [i for i in range(int(args.rate * args.duration)) if i % count == index]
+    if args.start_at:
+        start = time.perf_counter() + max(0.0, args.start_at - time.time())
+    else:
         start = time.perf_counter() + 0.5
-        total = int(args.rate * args.duration)
-        tasks = [asyncio.create_task(one(start + i / args.rate)) for i in range(total)]
-        await asyncio.gather(*tasks)
-        elapsed = time.perf_counter() - start
+    done = asyncio.Event()
+
+    async def on_queued_start(_s: object, ctx: Any, _p: object) -> None:
+        ctx.queued_at = time.perf_counter()
+
+    async def on_queued_end(_s: object, ctx: Any, _p: object) -> None:
+        rec.pool_wait_ms.append((time.perf_counter() - ctx.queued_at) * 1000)
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_queued_start.append(on_queued_start)
+    trace.on_connection_queued_end.append(on_queued_end)
+    connector = aiohttp.TCPConnector(limit=args.connections, keepalive_timeout=60)
+    session = aiohttp.ClientSession(
+        base_url=args.api,
+        connector=connector,
+        headers={"Authorization": f"Bearer {args.key}"},
+        timeout=aiohttp.ClientTimeout(total=30),
+        trace_configs=[trace],
+    )
+
+    async def call(route: str, method: str, path: str, **kw: Any) -> tuple[int, Any, str | None]:
+        """One request: (status, JSON body or None, Retry-After); status 0 on a client error."""
+        began = time.perf_counter()
+        try:
+            async with session.request(method, path, **kw) as response:
+                raw = await response.read()
+                status, retry_after = response.status, response.headers.get("Retry-After")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            rec.error(f"{route}: {type(exc).__name__}")
+            return 0, None, None
+        ended = time.perf_counter()
+        rec.requests[route].append((began - start, (ended - began) * 1000))
+        if status not in (200, 202):
+            rec.error(f"{route}: HTTP {status}")
+            return status, None, retry_after
+        return status, json.loads(raw), retry_after
+
+    async def one(due: float) -> None:
+        rec.send_lag_ms.append((time.perf_counter() - due) * 1000)
+        payload = {
+            "url": args.url,
+            "kind": "url_text",
+            "workspace_id": args.workspace,
+            "mutation_id": str(uuid.uuid4()),
+        }
+        _, body, hint = await call(POST, "POST", RETRIEVE_PATH, json=payload)
+        rec.posts_answered += 1
+        if body is None:
+            return
+        retrieval = body["retrieval"]
+        path = RETRIEVAL_PATH.format(id=retrieval["id"])
+        deadline = due + args.settle_timeout
+        interval = args.poll_interval
+        while retrieval["state"] not in SETTLED:
+            wait = parse_retry_after(hint) if args.honor_retry_after else None
+            if wait is not None:
+                rec.retry_after.append(wait)
+            else:
+                wait, interval = interval, min(interval * 1.5, MAX_POLL_INTERVAL)
+            if time.perf_counter() + wait > deadline:
+                rec.unsettled += 1
+                return
+            await asyncio.sleep(wait)
+            _, got, hint = await call(GET, "GET", path)
+            if got is not None:
+                retrieval = got["retrieval"]
+        rec.settle_s.append(time.perf_counter() - due)
+
+    async def ticker() -> None:
+        while not done.is_set():
+            before = time.perf_counter()
+            await asyncio.sleep(TICK_SECONDS)
+            rec.loop_lag_ms.append(max(0.0, (time.perf_counter() - before - TICK_SECONDS) * 1000))
+
+    tasks: set[asyncio.Task[None]] = set()
+    tick = loop.create_task(ticker())
+    cpu_start, wall_start = cpu_self(), time.perf_counter()
+    await asyncio.sleep(max(0.0, start - time.perf_counter()))
+    cpu_sending = cpu_self()
+    for i in slots:
+        due = start + i / args.rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        task = loop.create_task(one(due))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    # The POST phase ends when the last scheduled POST has been answered.
+    while rec.posts_answered < len(slots) and time.perf_counter() < start + args.duration + 30:
+        await asyncio.sleep(0.05)
+    send_cpu, send_wall = cpu_self() - cpu_sending, time.perf_counter() - start
+    while tasks:
+        await asyncio.gather(*list(tasks))
+    done.set()
+    await tick
+    await session.close()
+    wall = time.perf_counter() - wall_start
     return {
-        "requests": total,
-        "elapsed_s": round(elapsed, 2),
-        "routes": {
-            route: {
-                "count": len(values),
-                "p50_ms": round(percentile(values, 50), 2),
-                "p99_ms": round(percentile(values, 99), 2),
-                "max_ms": round(max(values, default=0), 2),
-            }
-            for route, values in latencies.items()
-        },
-        "errors": errors,
-        "settle_p50_s": round(percentile(settle_times, 50), 2),
-        "settle_p99_s": round(percentile(settle_times, 99), 2),
-        "settled": len(settle_times),
+        "process": index,
+        "posts": len(slots),
+        "requests": rec.requests,
+        "errors": rec.errors,
+        "send_lag_ms": rec.send_lag_ms,
+        "loop_lag_ms": rec.loop_lag_ms,
+        "pool_wait_ms": rec.pool_wait_ms,
+        "settle_s": rec.settle_s,
+        "retry_after": rec.retry_after,
+        "unsettled": rec.unsettled,
+        "cpu_s": cpu_self() - cpu_start,
+        "wall_s": wall,
+        "send_cpu_s": send_cpu,
+        "send_wall_s": send_wall,
     }
 
 
 def client_main(args: argparse.Namespace) -> None:
-    result = asyncio.run(_client(args))
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover
+        runner = asyncio.run
+    result = runner(_client(args))
     Path(args.out).write_text(json.dumps(result))
 
 
+def summarize(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge the client processes' records into the figures the report prints."""
+
+    def merged(key: str) -> list[Any]:
+        return [v for part in parts for v in part[key]]
+
+    def stats(values: list[float], digits: int = 2) -> dict[str, float]:
+        return {
+            "p50": round(percentile(values, 50), digits),
+            "p99": round(percentile(values, 99), digits),
+            "max": round(max(values, default=0), digits),
+        }
+
+    requests = {
+        route: [r for part in parts for r in part["requests"][route]] for route in (POST, GET)
+    }
+    errors: dict[str, int] = {}
+    for part in parts:
+        for key, n in part["errors"].items():
+            errors[key] = errors.get(key, 0) + n
+    routes = {}
+    for route, rows in requests.items():
+        ms = [m for _, m in rows]
+        routes[route] = {"count": len(ms)} | {f"{k}_ms": v for k, v in stats(ms).items()}
+    windows = []
+    end = max((t for rows in requests.values() for t, _ in rows), default=0)
+    for w in range(int(end // WINDOW_SECONDS) + 1):
+        lo, hi = w * WINDOW_SECONDS, (w + 1) * WINDOW_SECONDS
+        row: dict[str, Any] = {"from_s": lo}
+        for route, key in ((POST, "post"), (GET, "get")):
+            ms = [m for t, m in requests[route] if lo <= t < hi]
+            row[f"{key}_per_s"] = round(len(ms) / WINDOW_SECONDS, 1)
+            row[f"{key}_p99_ms"] = round(percentile(ms, 99), 1)
+        windows.append(row)
+    settle = merged("settle_s")
+    retry_after = merged("retry_after")
+    send_cpu = [p["send_cpu_s"] / p["send_wall_s"] * 100 for p in parts if p["send_wall_s"]]
+    return {
+        "posts": sum(p["posts"] for p in parts),
+        "routes": routes,
+        "errors": errors,
+        "settled_seen": len(settle),
+        "unsettled": sum(p["unsettled"] for p in parts),
+        "settle_seen_s": stats(settle, 1),
+        "retry_after_s": stats(retry_after, 1) | {"count": len(retry_after)},
+        "windows": windows,
+        "client": {
+            "processes": len(parts),
+            "send_lag_ms": stats(merged("send_lag_ms")),
+            "loop_lag_ms": stats(merged("loop_lag_ms")),
+            "pool_waits": len(merged("pool_wait_ms")),
+            "pool_wait_ms": stats(merged("pool_wait_ms")),
+            "cpu_s": round(sum(p["cpu_s"] for p in parts), 1),
+            "send_phase_cpu_pct_max": round(max(send_cpu, default=0), 1),
+            "send_phase_cpu_pct_total": round(sum(send_cpu), 1),
+        },
+    }
+
+
 # The orchestrator.
-def run(args: argparse.Namespace) -> dict[str, object]:
+class CpuMeter:
+    """CPU seconds of the service's process trees and of the whole machine, between marks."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.marks: list[tuple[float, dict[str, float]]] = []
+
+    def mark(self) -> None:
+        from bench.procstat import machine_cpu, tree_cpu
+
+        reading = {name: tree_cpu(pid) for name, pid in self.pids.items()}
+        reading["machine"] = machine_cpu()
+        self.marks.append((time.monotonic(), reading))
+
+    def between(self, a: int, b: int) -> dict[str, Any]:
+        (t0, r0), (t1, r1) = self.marks[a], self.marks[b]
+        wall = t1 - t0
+        out: dict[str, Any] = {"wall_s": round(wall, 1)}
+        used = {name: r1[name] - r0[name] for name in r0}
+        # Whatever else ran: the load clients, the page server, other users of the machine.
+        used["rest"] = used["machine"] - sum(v for k, v in used.items() if k != "machine")
+        for name, seconds in used.items():
+            out[name] = {"cpu_s": round(seconds, 1), "pct": round(seconds / wall * 100, 1)}
+        return out
+
+
+def _db_figures(db_url: str, workspace: str) -> dict[str, Any]:
+    """Rows by state and settle time (settled_at - created_at) from the database."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(db_url)
+    with engine.connect() as conn:
+        states = dict(
+            conn.execute(
+                sa.text("SELECT state, count(*) FROM retrieval WHERE workspace_id = :w GROUP BY 1"),
+                {"w": workspace},
+            ).all()
+        )
+        row = conn.execute(
+            sa.text(
+                "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY s),"
+                " percentile_cont(0.99) WITHIN GROUP (ORDER BY s), max(s), count(*),"
+                " extract(epoch FROM max(settled_at) - min(created_at))"
+                " FROM (SELECT extract(epoch FROM settled_at - created_at) AS s, settled_at,"
+                " created_at FROM retrieval WHERE workspace_id = :w AND settled_at IS NOT NULL) t"
+            ),
+            {"w": workspace},
+        ).one()
+    engine.dispose()
+    p50, p99, top, settled, span = row
+    return {
+        "states": states,
+        "settle_p50_s": round(float(p50 or 0), 1),
+        "settle_p99_s": round(float(p99 or 0), 1),
+        "settle_max_s": round(float(top or 0), 1),
+        "settled_per_s": round(settled / float(span), 1) if span else 0.0,
+    }
+
+
+def _pending(db_url: str, workspace: str) -> int:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(db_url)
+    with engine.connect() as conn:
+        n = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM retrieval WHERE workspace_id = :w"
+                " AND state IN ('pending', 'running')"
+            ),
+            {"w": workspace},
+        ).scalar_one()
+    engine.dispose()
+    return int(n)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     from tests.support.pages import article
     from tests.support.services import (
         Process,
@@ -154,7 +391,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "EVIDENCE_EGRESS_ALLOW_CIDRS": "127.0.0.1/32",
         "EVIDENCE_CA_BUNDLE": str(site.write_ca(tmp / "ca.pem")),
         "EVIDENCE_FETCH_ALLOWED_PORTS": str(site.port),
-        "EVIDENCE_LOG_LEVEL": "WARNING",
+        "EVIDENCE_LOG_LEVEL": args.log_level,
     }
     os.environ.update(env)
     from worker.migrate import upgrade
@@ -165,65 +402,156 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout.strip().splitlines()[-1]  # fmt: skip
     port = free_port()
-    procs = [
-        Process(["api", "--port", str(port), "--workers", str(args.api_workers)], tmp / "api.log"),
-        Process(["worker", "--queues", "retrievals", "--concurrency", str(args.worker_concurrency),
-                 "--nice", str(args.worker_nice)], tmp / "worker.log"),
-        Process(["worker", "--queues", "sweep", "--concurrency", "1", "--hostname", "sweeper@%h"],
-                tmp / "sweeper.log"),
-        Process(["beat", "--schedule", str(tmp / "beat")], tmp / "beat.log"),
-    ]  # fmt: skip
+    procs = {
+        "api": Process(["api", "--port", str(port), "--workers", str(args.api_workers)],
+                       tmp / "api.log"),
+        "worker": Process(["worker", "--queues", "retrievals", "--concurrency",
+                           str(args.worker_concurrency), "--nice", str(args.worker_nice)],
+                          tmp / "worker.log"),
+        "sweeper": Process(["worker", "--queues", "sweep", "--concurrency", "1",
+                            "--hostname", "sweeper@%h"], tmp / "sweeper.log"),
+        "beat": Process(["beat", "--schedule", str(tmp / "beat")], tmp / "beat.log"),
+    }  # fmt: skip
+    clients: list[subprocess.Popen[bytes]] = []
     try:
-        for proc in procs:
+        for proc in procs.values():
             proc.start()
         api = f"http://127.0.0.1:{port}"
         wait_for(lambda: _up(api), timeout=60)
         time.sleep(3)  # let the worker connect
-        out = tmp / "client.json"
-        subprocess.run(
-            [
+        pids = {name: proc.pid for name, proc in procs.items()}
+        postmaster = _postmaster()
+        if postmaster:  # every database's backends, not only this run's
+            pids["postgres"] = postmaster
+        meter = CpuMeter(pids)
+        start_at = time.time() + 3  # the clients import aiohttp and connect meanwhile
+        outs = [tmp / f"client-{n}.json" for n in range(args.client_processes)]
+        for n, out in enumerate(outs):
+            command = [
                 sys.executable, "-m", "bench.load", "client", "--api", api, "--key", key,
                 "--workspace", args.workspace, "--url", url, "--rate", str(args.rate),
                 "--duration", str(args.duration), "--poll-interval", str(args.poll_interval),
                 "--settle-timeout", str(args.settle_timeout),
-                "--connections", str(args.connections), "--out", str(out),
-            ],
-            cwd=ROOT, check=True,
-        )  # fmt: skip
-        return json.loads(out.read_text())
+                "--connections", str(max(1, args.connections // args.client_processes)),
+                "--process-index", str(n), "--process-count", str(args.client_processes),
+                "--start-at", str(start_at), "--out", str(out),
+            ]  # fmt: skip
+            if not args.honor_retry_after:
+                command.append("--ignore-retry-after")
+            clients.append(subprocess.Popen(command, cwd=ROOT))
+        time.sleep(max(0.0, start_at - time.time()))
+        meter.mark()  # 0: the first POST is due
+        time.sleep(max(0.0, start_at + args.duration - time.time()))
+        meter.mark()  # 1: the last POST is due
+        backlog = _pending(db_url, args.workspace)
+        for client in clients:
+            if client.wait() != 0:
+                raise RuntimeError(f"a load client failed (exit {client.returncode})")
+        meter.mark()  # 2: every retrieval settled or given up on
+        result = summarize([json.loads(out.read_text()) for out in outs])
+        result["backlog_at_end_of_posts"] = backlog
+        result["cpu_post_phase"] = meter.between(0, 1)
+        result["cpu_drain_phase"] = meter.between(1, 2)
+        result["database"] = _db_figures(db_url, args.workspace)
+        return result
     finally:
-        for proc in procs:
+        for client in clients:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
+        for proc in procs.values():
             proc.stop()
         redis.stop()
         site.stop()
         drop_postgres_database(db_name)
 
 
+def _postmaster() -> int | None:
+    """The PostgreSQL server's main process on this machine, if it runs here."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, ppid = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()[1]
+        if name in ("postgres", "postmaster") and ppid == "1":
+            return int(entry.name)
+    return None
+
+
 def _up(api: str) -> bool:
+    import httpx
+
     try:
         return httpx.get(f"{api}/healthz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
 
 
-def report(result: dict[str, object], args: argparse.Namespace) -> None:
+def report(result: dict[str, Any], args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{args.rate} POST/s for {args.duration} s (PostgreSQL, loopback)")
+    console = Console()
+    title = (
+        f"{args.rate:g} POST/s for {args.duration:g} s (PostgreSQL, loopback, "
+        f"{args.api_workers} API worker(s), {args.client_processes} client process(es))"
+    )
+    table = Table(title=title)
     for column in ("route", "count", "p50 ms", "p99 ms", "max ms"):
         table.add_column(column, justify="right" if column != "route" else "left")
-    for route, row in result["routes"].items():  # type: ignore[union-attr]
+    for route, row in result["routes"].items():
         table.add_row(
             route, str(row["count"]), str(row["p50_ms"]), str(row["p99_ms"]), str(row["max_ms"])
         )
-    console = Console()
     console.print(table)
-    console.print(
-        f"settled {result['settled']}/{result['requests']}  settle p50 {result['settle_p50_s']} s "
-        f"p99 {result['settle_p99_s']} s  errors {result['errors'] or 'none'}"
-    )
-    print(json.dumps({"rate": args.rate, "duration": args.duration, **result}))
+    windows = Table(title=f"{WINDOW_SECONDS} s windows (by send time)")
+    for column in ("from s", "POST/s", "POST p99 ms", "GET/s", "GET p99 ms"):
+        windows.add_column(column, justify="right")
+    for w in result["windows"]:
+        windows.add_row(
+            str(w["from_s"]),
+            str(w["post_per_s"]),
+            str(w["post_p99_ms"]),
+            str(w["get_per_s"]),
+            str(w["get_p99_ms"]),
+        )
+    console.print(windows)
+    c, db = result["client"], result["database"]
+    cpu, drain = result["cpu_post_phase"], result["cpu_drain_phase"]
+    lines = [
+        f"errors: {result['errors'] or 'none'}",
+        f"backlog when the last POST was due: {result['backlog_at_end_of_posts']} open",
+        f"settled (client saw) {result['settled_seen']}/{result['posts']}, unsettled at "
+        f"--settle-timeout {result['unsettled']}; settle p50/p99 "
+        f"{result['settle_seen_s']['p50']}/{result['settle_seen_s']['p99']} s",
+        f"database: {db['states']}, settle p50/p99/max {db['settle_p50_s']}/"
+        f"{db['settle_p99_s']}/{db['settle_max_s']} s, {db['settled_per_s']} settled/s",
+        f"Retry-After honoured {result['retry_after_s']['count']} times, p50/max "
+        f"{result['retry_after_s']['p50']}/{result['retry_after_s']['max']} s",
+        f"client: send lag p50/p99/max {c['send_lag_ms']['p50']}/{c['send_lag_ms']['p99']}/"
+        f"{c['send_lag_ms']['max']} ms, loop lag p99/max {c['loop_lag_ms']['p99']}/"
+        f"{c['loop_lag_ms']['max']} ms, pool waits {c['pool_waits']} "
+        f"(p99 {c['pool_wait_ms']['p99']} ms), CPU during POSTs {c['send_phase_cpu_pct_max']} % "
+        f"of a core (busiest process), {c['cpu_s']} s in all",
+        "CPU during POSTs (% of one core): "
+        + ", ".join(f"{k} {v['pct']}" for k, v in cpu.items() if k != "wall_s")
+        + f" over {cpu['wall_s']} s",
+        "CPU while draining: "
+        + ", ".join(f"{k} {v['pct']}" for k, v in drain.items() if k != "wall_s")
+        + f" over {drain['wall_s']} s",
+    ]
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+    if c["send_lag_ms"]["p99"] > 20 or c["send_phase_cpu_pct_max"] > 80:
+        console.print(
+            "WARNING: the load client is saturated (send lag or CPU): its latencies include "
+            "its own queueing; use more --client-processes",
+            markup=False,
+        )
+    print(json.dumps({"rate": args.rate, "duration": args.duration, **result}))  # noqa: T201
 
 
 def _stop_on_sigterm() -> None:
@@ -243,15 +571,27 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=60)
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument("--settle-timeout", type=float, default=120)
-    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--connections", type=int, default=128, help="pool size, all clients")
+    parser.add_argument("--client-processes", type=int, default=1)
+    parser.add_argument(
+        "--ignore-retry-after",
+        dest="honor_retry_after",
+        action="store_false",
+        help="poll on the client's own back-off even when the API sends Retry-After",
+    )
     parser.add_argument("--api-workers", type=int, default=1)
     parser.add_argument("--worker-concurrency", type=int, default=4)
     parser.add_argument("--worker-nice", type=int, default=10)
+    parser.add_argument("--log-level", default="WARNING", help="the services' EVIDENCE_LOG_LEVEL")
     parser.add_argument("--workspace", default=str(uuid.uuid4()))
+    # Client mode only.
     parser.add_argument("--api", default="")
     parser.add_argument("--key", default="")
     parser.add_argument("--url", default="")
     parser.add_argument("--out", default="")
+    parser.add_argument("--process-index", type=int, default=0)
+    parser.add_argument("--process-count", type=int, default=1)
+    parser.add_argument("--start-at", type=float, default=0.0, help="epoch of the first POST")
     args = parser.parse_args()
     if args.mode == "client":
         client_main(args)
