@@ -92,13 +92,27 @@ class _KeyCache:
 key_cache = _KeyCache()
 
 
-def authenticate(session: Session, authorization: str | None) -> Principal:
-    """Resolve a `Bearer` header to a principal, or refuse with 401."""
+def _bearer_hash(authorization: str | None) -> str:
+    """The hash of a `Bearer` header's key, or refuse with 401."""
     scheme, _, token = (authorization or "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise not_entitled("a Bearer API key is required", status=401)
-    key_hash = hash_key(token)
+    return hash_key(token)
+
+
+def cached_principal(authorization: str | None) -> Principal | None:
+    """The principal of a key verified in the last KEY_CACHE_SECONDS, without the database.
+
+    None means "ask `authenticate`"; a malformed header is refused (401) here already. Cheap
+    enough for the event loop, so a request whose key is cached needs no worker thread for it.
+    """
+    return key_cache.get(_bearer_hash(authorization))
+
+
+def authenticate(session: Session, authorization: str | None) -> Principal:
+    """Resolve a `Bearer` header to a principal, or refuse with 401."""
+    key_hash = _bearer_hash(authorization)
     cached = key_cache.get(key_hash)
     if cached is not None:
         return cached

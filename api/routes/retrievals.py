@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from api import service
-from api.deps import PrincipalDep, SessionDep
+from api.deps import PrincipalDep, read_only_session
 from api.schemas import RetrieveRequest
 
 router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
@@ -14,6 +14,8 @@ router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
 
 # Payloads are built JSON-safe (`api.payloads`), so routes answer them as they are instead of
 # letting FastAPI walk every field (up to 20 000 characters of text) through its encoder.
+# The routes are plain `def`s, so each runs in one worker thread; the principal comes from an
+# async dependency, and the GET opens its own session, so no other thread hop is needed.
 
 
 @router.post("/retrieve", status_code=202, response_class=JSONResponse)
@@ -24,11 +26,11 @@ def retrieve(body: RetrieveRequest, principal: PrincipalDep) -> JSONResponse:
 
 
 @router.get("/retrievals/{retrieval_id}", response_class=JSONResponse)
-def get_retrieval(
-    retrieval_id: uuid.UUID, principal: PrincipalDep, session: SessionDep
-) -> JSONResponse:
+def get_retrieval(retrieval_id: uuid.UUID, principal: PrincipalDep) -> JSONResponse:
     """The retrieval as it stands now."""
-    return JSONResponse(service.read_retrieval(session, principal, retrieval_id))
+    with read_only_session() as session:
+        payload = service.read_retrieval(session, principal, retrieval_id)
+    return JSONResponse(payload)
 
 
 @router.post("/retrievals/{retrieval_id}/cancel", response_class=JSONResponse)
