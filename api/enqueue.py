@@ -4,8 +4,9 @@ Entries stream from the input (`api.enqueue_input`) to `concurrency` worker task
 iterator, so a 10 000-line file never holds more than `concurrency` requests or coroutines. Each
 line is POSTed with its deterministic mutation_id: re-running a file after a crash or Ctrl-C gets
 200 for what the server already has and creates only the rest. With `wait`, a second phase polls
-`GET .../retrievals/{id}` in rounds (same bound; the interval grows 1.5x per round up to 15 s)
-until every retrieval is settled or `timeout` seconds pass. How answers are retried:
+`GET .../retrievals/{id}` in rounds (same bound; the interval grows 1.5x per round up to 15 s,
+and a retrieval is not asked again before its last answer's `Retry-After` has passed) until
+every retrieval is settled or `timeout` seconds pass. How answers are retried:
 `api.enqueue_http`; the out file and the summary: `api.enqueue_report`.
 
 Exit codes (the policy: "did every line get into the service?", not "did every fetch work?"):
@@ -126,6 +127,7 @@ class Pending:
     mutation_id: str
     retrieval: dict[str, Any]
     done: bool = False
+    not_before: float = 0.0  # the API's Retry-After: not polled again before this (loop time)
 
 
 class Batch:
@@ -233,10 +235,11 @@ class Batch:
 
         Workers take retrievals in submission order, so the ones after such a group have not
         settled either: a round costs the settled ones plus one group, not every line again.
-        The round before the timeout (`full`) polls every line.
+        A line whose last answer said `Retry-After` waits that long. The round before the
+        timeout (`full`) polls every line.
         """
-        size = self.options.concurrency
-        waiting = list(self.waiting)
+        size, now = self.options.concurrency, asyncio.get_running_loop().time()
+        waiting = [pending for pending in self.waiting if full or pending.not_before <= now]
         for start in range(0, len(waiting), size):
             group = waiting[start : start + size]
             await drain(group, self.poll, size)
@@ -261,6 +264,9 @@ class Batch:
             pending.retrieval = retrieval
             if retrieval.get("state") not in UNSETTLED_STATES:
                 self.finish(pending)
+            elif (wait := parse_retry_after(response.headers.get("Retry-After"))) is not None:
+                wait = min(wait, self.options.retry.max_retry_after)
+                pending.not_before = asyncio.get_running_loop().time() + wait
 
     def finish(self, pending: Pending) -> None:
         """Count and write a line's final (or last known) retrieval."""

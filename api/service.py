@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import threading
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 import structlog
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from api.auth import Principal
@@ -18,9 +22,21 @@ from api.schemas import RetrieveRequest
 from worker import clock, db, evidence_store, outbox, store
 from worker.models import Retrieval
 from worker.settings import get_settings
+from worker.states import RetrievalState as S
 
 log = structlog.get_logger(__name__)
 T = Retrieval.__table__.c  # type: ignore[attr-defined]
+
+#: Polls of pending retrievals the API invites per second, fleet-wide: each is told to come
+#: back after (pending retrievals / this) seconds, so the poll load stays near this rate however
+#: deep the backlog grows, instead of growing with it.
+POLLS_PER_SECOND = 50
+#: Bounds of that advice: a running retrieval is asked again after a second (it settles within
+#: its fetch deadline), and no poller is told to wait longer than the maximum.
+MIN_RETRY_AFTER_SECONDS = 1
+MAX_RETRY_AFTER_SECONDS = 120
+#: How often each API process re-counts the pending retrievals (one indexed count).
+BACKLOG_CACHE_SECONDS = 2.0
 
 
 def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[dict[str, Any], bool]:
@@ -99,3 +115,53 @@ def read_evidence(
     if row is None:
         raise not_found("no such revision")
     return evidence_payload(evidence, row, evidence_store.list_revisions(session, evidence_id))
+
+
+def poll_delay(state: str, pending: int) -> int | None:
+    """Seconds a poller should wait before asking about a retrieval again; None once settled."""
+    if state == S.RUNNING.value:
+        return MIN_RETRY_AFTER_SECONDS
+    if state != S.PENDING.value:
+        return None
+    seconds = math.ceil(pending / POLLS_PER_SECOND)
+    return min(MAX_RETRY_AFTER_SECONDS, max(MIN_RETRY_AFTER_SECONDS, seconds))
+
+
+class _Backlog:
+    """The number of pending retrievals, re-counted at most every BACKLOG_CACHE_SECONDS."""
+
+    def __init__(self) -> None:
+        self._pending = 0
+        self._counted_at = -math.inf
+        self._lock = threading.Lock()
+
+    def pending(self) -> int:
+        """The last count; one caller re-counts when it is stale, the others use the old one."""
+        stale = time.monotonic() - self._counted_at >= BACKLOG_CACHE_SECONDS
+        if stale and self._lock.acquire(blocking=False):
+            try:
+                self._pending = _count_pending()
+            except SQLAlchemyError:
+                pass  # keep the last count: advice must never fail the answer it rides on
+            finally:
+                self._counted_at = time.monotonic()
+                self._lock.release()
+        return self._pending
+
+    def clear(self) -> None:
+        self._counted_at = -math.inf
+
+
+def _count_pending() -> int:
+    query = sa.select(sa.func.count()).where(T.state == S.PENDING.value)
+    with db.session_scope(readonly=True) as session:
+        return int(session.execute(query).scalar_one())
+
+
+backlog = _Backlog()
+
+
+def retry_after(payload: dict[str, Any]) -> int | None:
+    """The `Retry-After` for an answer carrying this retrieval payload; None once it settled."""
+    state = payload["retrieval"]["state"]
+    return poll_delay(state, backlog.pending() if state == S.PENDING.value else 0)

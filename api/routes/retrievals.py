@@ -1,6 +1,7 @@
 """Routes of the retrieval lifecycle."""
 
 import uuid
+from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
@@ -18,11 +19,18 @@ router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
 # async dependency, and the GET opens its own session, so no other thread hop is needed.
 
 
+def _answer(payload: dict[str, Any], status: int = 200) -> JSONResponse:
+    """The retrieval; while it is open, a `Retry-After` telling a poller when to ask again."""
+    seconds = service.retry_after(payload)
+    headers = None if seconds is None else {"Retry-After": str(seconds)}
+    return JSONResponse(payload, status_code=status, headers=headers)
+
+
 @router.post("/retrieve", status_code=202, response_class=JSONResponse)
 def retrieve(body: RetrieveRequest, principal: PrincipalDep) -> JSONResponse:
     """Record a retrieval (202), or return the one this mutation_id already made (200)."""
     payload, created = service.submit_retrieval(principal, body)
-    return JSONResponse(payload, status_code=202 if created else 200)
+    return _answer(payload, 202 if created else 200)
 
 
 @router.get("/retrievals/{retrieval_id}", response_class=JSONResponse)
@@ -30,10 +38,10 @@ def get_retrieval(retrieval_id: uuid.UUID, principal: PrincipalDep) -> JSONRespo
     """The retrieval as it stands now."""
     with read_only_session() as session:
         payload = service.read_retrieval(session, principal, retrieval_id)
-    return JSONResponse(payload)
+    return _answer(payload)
 
 
 @router.post("/retrievals/{retrieval_id}/cancel", response_class=JSONResponse)
 def cancel_retrieval(retrieval_id: uuid.UUID, principal: PrincipalDep) -> JSONResponse:
     """Cancel a pending or running retrieval."""
-    return JSONResponse(service.cancel_retrieval(principal, retrieval_id))
+    return _answer(service.cancel_retrieval(principal, retrieval_id))

@@ -341,6 +341,51 @@ class TestWait:
         assert server.gets < 40 * 2
 
 
+class AdvisingApi(FakeApi):
+    """The fake API, answering every GET with `Retry-After` and noting when each id was polled."""
+
+    advice: str = "0.3"
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["method"] == "GET":
+            self.polled_at.setdefault(scope["path"], []).append(time.monotonic())
+
+        async def advise(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and scope["method"] == "GET":
+                headers = [*message["headers"], (b"retry-after", self.advice.encode())]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await super().__call__(scope, receive, advise)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.polled_at: dict[str, list[float]] = {}
+
+
+class TestRetryAfterWhilePolling:
+    def test_polls_of_a_retrieval_are_retry_after_apart(self, tmp_path: Path) -> None:
+        """A retrieval is not polled again before its last answer's Retry-After has passed."""
+        with AdvisingApi(settle_after=3) as server:
+            opts = options(server, write_list(tmp_path, urls(6)), wait=True, poll_interval=0.01)
+            assert run_enqueue(opts) == 0
+        assert server.gets == 6 * 3
+        for times in server.polled_at.values():
+            gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+            assert len(gaps) == 2 and min(gaps) >= 0.3, gaps
+
+    def test_long_retry_after_is_capped(self, tmp_path: Path) -> None:
+        """A Retry-After beyond the retry policy's cap is waited only as long as the cap."""
+        with AdvisingApi(settle_after=2) as server:
+            server.advice = "3600"
+            policy = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, max_retry_after=0.3)
+            opts = options(server, write_list(tmp_path, urls(2)), wait=True, retry=policy)
+            started = time.monotonic()
+            assert run_enqueue(opts) == 0
+        assert time.monotonic() - started < 5
+        assert summary_row(output(opts.console), "settled") == 2
+
+
 class TestResume:
     def test_rerun_reports_known_and_creates_nothing(self, api: FakeApi, tmp_path: Path) -> None:
         """Running the same file twice creates each mutation once; the rerun sees 200s."""

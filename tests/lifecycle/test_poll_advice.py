@@ -1,0 +1,115 @@
+"""Answers about an open retrieval say when to ask again (`Retry-After`); settled ones do not."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from api import service
+from tests.support.factories import Api, body
+from tests.support.pages import article, slow
+from tests.support.tls_site import TLSSite
+
+pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services")]
+
+#: The session's retrieval worker runs this many processes (tests/conftest.py).
+WORKER_PROCESSES = 2
+
+
+@pytest.fixture
+def page(site: TLSSite) -> str:
+    path = f"/advice/{uuid.uuid4().hex}"
+    return site.page(path, article("Poll advice", marker=path))
+
+
+@pytest.fixture
+def slow_page(site: TLSSite) -> str:
+    site.add("/advice/slow", slow)
+    return site.url("/advice/slow?s=3")
+
+
+def retry_after(response: object) -> str | None:
+    return response.headers.get("Retry-After")  # type: ignore[attr-defined]
+
+
+class TestRetryAfter:
+    """Pending and running retrievals carry Retry-After; settled ones never do."""
+
+    def test_pending_running_and_settled(
+        self, api: Api, page: str, slow_page: str, workspace: uuid.UUID
+    ) -> None:
+        """Pending: at least 1 s from the backlog; running: 1 s; settled: no header."""
+        busy = [
+            api.post(body(slow_page, workspace)).json()["retrieval"]["id"]
+            for _ in range(WORKER_PROCESSES)
+        ]
+        for retrieval_id in busy:  # both worker processes are now busy for ~3 s
+            api.wait(retrieval_id, states={"running"}, timeout=15)
+        created = api.post(body(page, workspace))
+        assert created.status_code == 202
+        assert created.json()["retrieval"]["state"] == "pending"
+        assert int(retry_after(created) or 0) >= 1
+        polled = api.get(created.json()["retrieval"]["id"])
+        assert polled.json()["retrieval"]["state"] == "pending"
+        assert int(retry_after(polled) or 0) >= 1
+        running = api.get(busy[0])
+        assert running.json()["retrieval"]["state"] == "running"
+        assert retry_after(running) == "1"
+        done = api.wait(created.json()["retrieval"]["id"])
+        assert done["state"] == "completed"
+        assert retry_after(api.get(done["id"])) is None
+
+    def test_replay_and_cancel_of_settled_have_none(
+        self, api: Api, page: str, workspace: uuid.UUID
+    ) -> None:
+        """A replayed POST or a cancel answering a settled retrieval carries no Retry-After."""
+        payload = body(page, workspace)
+        done = api.wait(api.post(payload).json()["retrieval"]["id"])
+        replay = api.post(payload)
+        assert replay.status_code == 200 and retry_after(replay) is None
+        cancel = api.cancel(done["id"])
+        assert cancel.json()["retrieval"] == done and retry_after(cancel) is None
+
+    def test_grows_with_the_backlog(
+        self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The advice for a pending retrieval is the backlog over the poll budget, capped."""
+        from worker import clock, db, store
+
+        new = store.NewRetrieval(workspace, uuid.uuid4(), page, "url_text", None)
+        row, _ = db.with_transient_retry(
+            lambda s: store.create_retrieval(s, new, clock.now(), timedelta(hours=1))
+        )  # recorded, never published: pending until the sweep republishes it
+        for pending, expected in ((5_000, "100"), (10**7, str(service.MAX_RETRY_AFTER_SECONDS))):
+            monkeypatch.setattr(service, "_count_pending", lambda n=pending: n)
+            service.backlog.clear()
+            polled = api.get(str(row.id))
+            assert polled.json()["retrieval"]["state"] == "pending"
+            assert retry_after(polled) == expected
+        service.backlog.clear()
+
+
+class TestPollDelay:
+    """The advice itself, as a pure function of state and backlog."""
+
+    @pytest.mark.parametrize(
+        ("state", "pending", "seconds"),
+        [
+            ("running", 10**6, 1),
+            ("pending", 0, 1),
+            ("pending", 1, 1),
+            ("pending", 50, 1),
+            ("pending", 51, 2),
+            ("pending", 1_000, 20),
+            ("pending", 10**6, 120),
+            ("completed", 0, None),
+            ("cancelled", 0, None),
+            ("unconfirmed", 0, None),
+            ("expired", 0, None),
+        ],
+    )
+    def test_poll_delay(self, state: str, pending: int, seconds: int | None) -> None:
+        """Running: 1 s; pending: backlog / POLLS_PER_SECOND within 1..120 s; settled: none."""
+        assert service.poll_delay(state, pending) == seconds
