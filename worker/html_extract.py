@@ -16,7 +16,10 @@ from worker.text_clean import clean_inline, clean_text, decode_body
 
 #: Below this much main text (characters), a page with a password field is a login wall.
 LOGIN_MAX_TEXT_CHARS = 400
-#: trafilatura options, chosen by measured F1 (bench/extraction_quality.py).
+#: trafilatura options, chosen by measured F1 (bench/extraction_quality.py). `fast` skips
+#: trafilatura's fallback extractors (readability, jusText), which cost as much again as its
+#: own pass and changed nothing on the labelled set; a page whose fast pass finds less than
+#: FALLBACK_BELOW_CHARS is extracted again with them (`main_text`).
 EXTRACT_OPTIONS: dict[str, bool] = {
     "favor_precision": True,
     "favor_recall": False,
@@ -24,6 +27,8 @@ EXTRACT_OPTIONS: dict[str, bool] = {
     "include_comments": False,
     "fast": True,
 }
+#: Main text shorter than this (trafilatura's own MIN_EXTRACTED_SIZE) calls for the fallbacks.
+FALLBACK_BELOW_CHARS = 250
 _LOGIN_PATH = re.compile(
     r"/(?:log-?in|sign-?in|signon|auth(?:enticate)?|sso|session/new|account/login)\b", re.I
 )
@@ -107,8 +112,17 @@ def main_text(tree: lxml.html.HtmlElement, url: str | None) -> str:
     trafilatura works on a copy of a tree it is given (core.bare_extraction), so `tree` is left
     unchanged for the title, the description and the images read from it afterwards.
     """
-    doc = trafilatura.bare_extraction(tree, url=url, with_metadata=False, **EXTRACT_OPTIONS)
-    return clean_text(doc.text or "") if doc is not None else ""
+    text = _trafilatura_text(tree, url, EXTRACT_OPTIONS)
+    if len(text) < FALLBACK_BELOW_CHARS:
+        text = max(text, _trafilatura_text(tree, url, EXTRACT_OPTIONS | {"fast": False}), key=len)
+    return clean_text(text)
+
+
+def _trafilatura_text(
+    tree: lxml.html.HtmlElement, url: str | None, options: dict[str, bool]
+) -> str:
+    doc = trafilatura.bare_extraction(tree, url=url, with_metadata=False, **options)
+    return (doc.text or "") if doc is not None else ""
 
 
 def extract_html(

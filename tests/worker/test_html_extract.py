@@ -3,8 +3,9 @@
 import time
 
 import lxml.html
+import pytest
 
-from worker.html_extract import extract_html, is_login_wall, main_text
+from worker.html_extract import FALLBACK_BELOW_CHARS, extract_html, is_login_wall, main_text
 from worker.markup import MAX_DEPTH, bound_markup, parse_html
 from worker.reasons import Reason
 
@@ -304,3 +305,36 @@ class TestExtractionQuality:
         assert service.precision >= baseline.precision
         assert service.recall >= baseline.recall
         assert service.f1 >= 0.95
+
+
+class TestFallbackExtractors:
+    """trafilatura's fallbacks run only when its fast pass finds (almost) nothing."""
+
+    @staticmethod
+    def _count_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+        import trafilatura
+
+        from worker import html_extract
+
+        calls: list[bool] = []
+        real = trafilatura.bare_extraction
+
+        def counting(*args: object, **kwargs: object) -> object:
+            calls.append(bool(kwargs.get("fast")))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(html_extract.trafilatura, "bare_extraction", counting)
+        return calls
+
+    def test_article_takes_one_fast_pass(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        calls = self._count_calls(monkeypatch)
+        text = main_text(parse_html(article()), "https://example.org/a")
+        assert len(text) >= FALLBACK_BELOW_CHARS and calls == [True]
+
+    def test_word_list_is_rescued_by_the_fallbacks(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The fast pass finds no text in a bare list; the fallbacks find all of it."""
+        calls = self._count_calls(monkeypatch)
+        page = "<html lang='en'><body><ul>" + "<li>word" * 300 + "</ul></body></html>"
+        text = main_text(parse_html(page), None)
+        assert calls == [True, False]
+        assert text.replace("-", " ").split() == ["word"] * 300
