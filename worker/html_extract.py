@@ -9,7 +9,7 @@ import lxml.html
 import trafilatura
 
 from worker.languages import is_mismatch, normalise_tag
-from worker.markup import bound_markup, parse_html
+from worker.markup import parse_bounded
 from worker.reasons import Reason
 from worker.results import Content
 from worker.text_clean import clean_inline, clean_text, decode_body
@@ -137,8 +137,7 @@ def extract_html(
     """Turn an HTML page into url_text content (document_text or metadata_only)."""
     headers = headers or {}
     html = decode_body(body, charset) if isinstance(body, bytes) else body
-    bounded, cut = bound_markup(html)
-    tree = parse_html(bounded)
+    tree, cut = parse_bounded(html)
     reasons: list[Reason] = [Reason.NODES_LIMITED] if cut else []
     content = Content(source_url=url, mime_type=mime_type, reasons=reasons)
     content.language = declared_language(tree, headers)

@@ -14,7 +14,7 @@ from urllib.parse import urljoin, urlsplit
 
 import lxml.html
 
-from worker.markup import bound_markup, parse_html
+from worker.markup import parse_bounded
 from worker.text_clean import clean_inline
 
 #: Images kept at most per page, and bounds on what is stored of each.
@@ -184,5 +184,5 @@ def images_from_tree(tree: lxml.html.HtmlElement, base_url: str) -> list[ImageRe
 
 def extract_images(html: str, base_url: str) -> list[ImageRef]:
     """The images of a page's markup: bounded and parsed as the pipeline does, then read."""
-    tree = parse_html(bound_markup(html)[0])
+    tree, _ = parse_bounded(html)
     return images_from_tree(tree, base_url) if tree is not None else []

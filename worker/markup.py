@@ -1,4 +1,8 @@
-"""Bound markup before parsing: a cheap tag scan that cuts pages with absurd node counts."""
+"""Bound markup: pages with absurd element counts or nesting are cut before they are used.
+
+`parse_bounded` parses once and lets libxml2 check the bounds on the tree (XPath, in C); only a
+page that may break them is scanned tag by tag (`bound_markup`) and parsed again, cut.
+"""
 
 import re
 
@@ -111,3 +115,34 @@ def parse_html(html: str) -> lxml.html.HtmlElement | None:
         return lxml.html.fromstring(html, parser=parser)
     except (etree.ParserError, ValueError):
         return None
+
+
+def within_bounds(
+    tree: lxml.html.HtmlElement, max_elements: int = MAX_ELEMENTS, max_depth: int = MAX_DEPTH
+) -> bool:
+    """Whether a parsed page has at most `max_elements` elements and none deeper than `max_depth`.
+
+    Both questions are asked in XPath, so libxml2 walks the tree without a Python object per
+    element (the document element is depth 1).
+    """
+    root = tree.getroottree()
+    if root.xpath("count(//*)") > max_elements:
+        return False
+    return not root.xpath(f"boolean(/*{'/*' * max_depth})")
+
+
+def parse_bounded(
+    html: str, max_elements: int = MAX_ELEMENTS, max_depth: int = MAX_DEPTH
+) -> tuple[lxml.html.HtmlElement | None, bool]:
+    """Parse `html` within the element and depth bounds: (tree or None, whether it was cut).
+
+    A page with fewer `<` than `max_elements` is parsed at once; if its tree keeps both bounds it
+    is used as it is. Otherwise (or when libxml2 gave up nesting at its own limit of 256) the tag
+    scan decides where to cut, exactly as `bound_markup`, and the prefix is parsed.
+    """
+    if html.count("<") <= max_elements:
+        tree = parse_html(html)
+        if tree is None or within_bounds(tree, max_elements, max_depth):
+            return tree, False
+    bounded, cut = bound_markup(html, max_elements, max_depth)
+    return parse_html(bounded), cut

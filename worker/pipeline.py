@@ -12,7 +12,7 @@ from worker.captions import CaptionError, parse_captions, sniff_format
 from worker.fetch_types import FetchedResponse, FetchFailure
 from worker.html_extract import declared_language, extract_html
 from worker.languages import is_mismatch, normalise_tag
-from worker.markup import bound_markup, parse_html
+from worker.markup import parse_bounded
 from worker.reasons import FAILURE_STATUS, Reason
 from worker.results import Content, content_result, failure_result
 from worker.text_clean import clean_text, decode_body
@@ -170,8 +170,8 @@ def _captions(
 ) -> PipelineRun:
     if not _is_html(response):
         return PipelineRun(_caption_file(response, language, None, now()))
-    html, _ = bound_markup(decode_body(response.body, response.charset))
-    page = HtmlPage(response.url, response.mime_type, parse_html(html))
+    tree, _ = parse_bounded(decode_body(response.body, response.charset))
+    page = HtmlPage(response.url, response.mime_type, tree)
     return PipelineRun(_track_captions(fetcher, response, page.tree, language, now), page)
 
 

@@ -6,7 +6,7 @@ import lxml.html
 import pytest
 
 from worker.html_extract import FALLBACK_BELOW_CHARS, extract_html, is_login_wall, main_text
-from worker.markup import MAX_DEPTH, bound_markup, parse_html
+from worker.markup import MAX_DEPTH, bound_markup, parse_bounded, parse_html, within_bounds
 from worker.reasons import Reason
 
 URL = "https://news.example/2024/05/rivers"
@@ -270,6 +270,54 @@ class TestBoundMarkup:
         """Tags inside comments and scripts are not counted."""
         html = "<!--" + "<div>" * 500 + "--><script>" + "<div>" * 500 + "</script><p>ok</p>"
         assert bound_markup(html, max_depth=10, max_elements=5) == (html, False)
+
+    def test_within_bounds_counts_elements_and_depth(self) -> None:
+        """The tree check: element count and nesting, the document element being depth 1."""
+        flat = parse_html("<html><body>" + "<p>x</p>" * 10 + "</body></html>")
+        assert within_bounds(flat, max_elements=13)  # html, body and 10 p (head is not made)
+        assert not within_bounds(flat, max_elements=11)
+        deep = parse_html("<html><body>" + "<div>" * 8 + "x" + "</div>" * 8 + "</body></html>")
+        assert within_bounds(deep, max_depth=10)  # html, body, 8 divs
+        assert not within_bounds(deep, max_depth=9)
+
+    @pytest.mark.parametrize(
+        "html",
+        [
+            article(),
+            "<html><body>" + "<p>word</p>" * 20_000 + "</body></html>",
+            "<p>intro</p>" + "<div>" * 1000 + "deep" + "</div>" * 1000,
+            "<html><body>" + "<div>" * 202 + "x" + "</div>" * 202 + "</body></html>",
+            "<html><body>" + "<span>" * 300 + "x</body></html>",
+            "<div>" + "<br><img src=x><span/><li>a<p>b" * 500 + "</div>",
+            "<table>" + "<tr><td><table>" * 120 + "x" + "</table></td></tr>" * 120 + "</table>",
+            "",
+        ],
+        ids=["article", "flat", "deep", "just-too-deep", "unclosed", "void", "tables", "empty"],
+    )
+    def test_parse_bounded_equals_scan_then_parse(self, html: str) -> None:
+        """One parse with the tree check gives exactly the tree and flag of scan-then-parse."""
+        bounded, cut = bound_markup(html)
+        expected = parse_html(bounded)
+        tree, was_cut = parse_bounded(html)
+        assert was_cut == cut
+        assert (tree is None) == (expected is None)
+        if tree is not None:
+            assert lxml.html.tostring(tree) == lxml.html.tostring(expected)
+
+    def test_parse_bounded_skips_the_scan_for_a_normal_page(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The Python tag scan runs only for a page whose tree breaks a bound."""
+        from worker import markup
+
+        scans: list[int] = []
+        real = markup.bound_markup
+        monkeypatch.setattr(
+            markup, "bound_markup", lambda *a, **k: scans.append(1) or real(*a, **k)
+        )
+        assert parse_bounded(article())[1] is False and scans == []
+        deep = "<p>intro</p>" + "<div>" * 300 + "deep" + "</div>" * 300
+        assert parse_bounded(deep)[1] is True and scans == [1]
 
     def test_huge_flat_page_is_fast_and_bounded(self) -> None:
         """300 000 elements are bounded quickly and extraction stays within seconds."""

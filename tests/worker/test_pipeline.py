@@ -442,8 +442,8 @@ class CannedFetcher:
 
 @pytest.fixture
 def page_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Count decode_body, bound_markup and parse_html calls, wherever a worker module calls them."""
-    counts = {"decode_body": 0, "bound_markup": 0, "parse_html": 0}
+    """Count decodes, bounds checks, tag scans and parses, wherever a worker module calls them."""
+    counts = {"decode_body": 0, "parse_bounded": 0, "bound_markup": 0, "parse_html": 0}
 
     def counting(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -454,6 +454,7 @@ def page_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
     reals = {
         "decode_body": text_clean.decode_body,
+        "parse_bounded": markup.parse_bounded,
         "bound_markup": markup.bound_markup,
         "parse_html": markup.parse_html,
     }
@@ -475,10 +476,15 @@ class TestPageParsedOnce:
     """A page is decoded, bounded and parsed once; its images come from that same tree."""
 
     def test_url_text_reads_the_page_once(self, page_reads: dict[str, int]) -> None:
-        """url_text: one decode, one bound, one parse; the images are those of the markup."""
+        """url_text: one decode, one bounded parse (no tag scan: the tree keeps the bounds)."""
         fetcher = CannedFetcher({GALLERY_URL: (GALLERY.encode(), "text/html")})
         output = run_pipeline_with_assets(fetcher, GALLERY_URL, "url_text", None, now=lambda: NOW)
-        assert page_reads == {"decode_body": 1, "bound_markup": 1, "parse_html": 1}
+        assert page_reads == {
+            "decode_body": 1,
+            "parse_bounded": 1,
+            "bound_markup": 0,
+            "parse_html": 1,
+        }
         assert validate_result(output.result)["status"] == "ready"
         assert output.images == _old_way_images()
         lake = output.images[0]
@@ -502,7 +508,7 @@ class TestPageParsedOnce:
             fetcher, GALLERY_URL, "published_captions", None, now=lambda: NOW
         )
         assert validate_result(output.result)["text"] == "The lake at dawn."
-        assert (page_reads["bound_markup"], page_reads["parse_html"]) == (1, 1)
+        assert (page_reads["parse_bounded"], page_reads["parse_html"]) == (1, 1)
         assert output.images == _old_way_images()
 
     def test_no_images_without_content(self) -> None:
