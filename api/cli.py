@@ -42,7 +42,15 @@ def api(
     import uvicorn
 
     _configure_logging()
-    uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="warning")
+    uvicorn.run(
+        "api.main:served_app",
+        factory=True,  # called in every worker process: configures its logging, then serves
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        access_log=False,  # our middleware logs each request (uvicorn's line never showed)
+    )
 
 
 @app.command()

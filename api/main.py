@@ -27,3 +27,18 @@ def create_app() -> FastAPI:
 
 
 app = create_app()
+
+
+def served_app() -> FastAPI:
+    """The app as `evidence api` serves it, with this process's logging configured first.
+
+    uvicorn imports the app anew in each worker process (`--workers N`), where the command's
+    own logging setup never ran: those processes logged every request in structlog's default
+    console format, at INFO whatever EVIDENCE_LOG_LEVEL said, and without the redaction step.
+    """
+    from worker import logs
+    from worker.settings import get_settings
+
+    settings = get_settings()
+    logs.configure(settings.log_level, settings.log_json)
+    return app
