@@ -1,10 +1,25 @@
 """Assemble the FastAPI application."""
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
 from fastapi import FastAPI
 
-from api import errors, metrics
+from api import errors, metrics, service
 from api.middleware import RequestMetrics
 from api.routes import briefs, chunks, evidence, health, images, retrievals
+
+#: Longest the API waits at start for its warm-up before taking requests anyway.
+WARM_UP_SECONDS = 10
+
+
+@asynccontextmanager
+async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    """Warm the database pool and the broker connection before the first request."""
+    with anyio.move_on_after(WARM_UP_SECONDS):
+        await anyio.to_thread.run_sync(service.warm_up, abandon_on_cancel=True)
+    yield
 
 
 def create_app() -> FastAPI:
@@ -13,6 +28,7 @@ def create_app() -> FastAPI:
         title="Evidence retrieval service",
         version="0.1.0",
         description="Fetch public pages and caption files into immutable evidence revisions.",
+        lifespan=lifespan,
     )
     errors.install(app)
     app.add_middleware(RequestMetrics)

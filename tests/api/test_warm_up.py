@@ -1,0 +1,41 @@
+"""The API opens its database pool and broker connection at start, and never fails to start."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.exc import OperationalError
+
+from api import main, service
+from tests.conftest import Env
+from worker import db
+
+
+class TestWarmUp:
+    def test_fills_the_pool(self, env: Env) -> None:
+        """After warm-up the pool holds open connections, ready for the first requests."""
+        if env.db_kind != "postgres":
+            pytest.skip("SQLite opens its file per connection; there is no pool to fill")
+        db.dispose_engine()
+        service.warm_up()
+        engine = db.get_engine()
+        assert engine.pool.checkedin() == min(engine.pool.size(), service.WARM_CONNECTIONS)  # type: ignore[attr-defined]
+
+    def test_an_unreachable_database_does_not_stop_it(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A database that is down at start is left to the requests (503), not raised."""
+
+        def down() -> None:
+            raise OperationalError("SELECT 1", {}, Exception("connection refused"))
+
+        monkeypatch.setattr(db, "get_engine", down)
+        service.warm_up()  # returns
+
+    def test_runs_when_the_app_starts(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The app's lifespan runs the warm-up once, before serving."""
+        calls: list[int] = []
+        monkeypatch.setattr(service, "warm_up", lambda: calls.append(1))
+        with TestClient(main.create_app()) as client:
+            assert calls == [1]
+            assert client.get("/healthz").status_code == 200
