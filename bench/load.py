@@ -9,14 +9,21 @@ settles, honouring the API's `Retry-After` (else backing off 1.5x per poll up to
 
 A load client that cannot keep up measures its own queueing, not the API. So the client
 reports how late its POSTs left versus their schedule (send lag), how late its event loop woke
-(loop lag, a 20 ms ticker), how long requests waited for a pooled connection, and its own CPU
-(`getrusage`); the orchestrator adds the API's and the workers' CPU from /proc. A client near
-100 % of a core, or with a send lag p99 beyond a few milliseconds, is saturated: use more
-`--client-processes` (they split the rate and interleave their schedules).
+(loop lag, a 20 ms ticker), how long requests waited for a pooled connection (excluded from the
+API's latency, reported beside it), and its own CPU (`getrusage`); the orchestrator adds the
+CPU of the API, workers, PostgreSQL and the machine from /proc, and the API's own request
+histogram from /metrics (what the app measured, without accept queues or the client). A client
+near 100 % of a core, or with a send lag p99 beyond a few milliseconds, is saturated or starved
+of CPU: use more `--client-processes` (they split the rate and interleave their schedules), or
+`--client-nice`.
+
+The workers and the page server run at `--worker-nice`; each service has its own session, so
+the bench also sets the nice value of the workers' autogroup (Linux shares CPU between sessions
+first; without it a worker's own nice value ranks it only against itself).
 
 It reports latency p50/p99/max per route, error counts, settle times (seen by the client, and
-`settled_at - created_at` in the database), 10-second windows, and the CPU split, as tables and
-one JSON line.
+`settled_at - created_at` in the database once the workers drained the backlog), 10-second
+windows, and the CPU split, as tables and one JSON line.
 
 Run: python -m bench.load --rate 200 --duration 60
 """
@@ -25,15 +32,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gc
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +55,7 @@ POST, GET = "POST retrieve", "GET retrieval"
 RETRIEVE_PATH = "/research-api/evidence/retrieve"
 RETRIEVAL_PATH = "/research-api/evidence/retrievals/{id}"
 MAX_POLL_INTERVAL = 8.0  # the client's own back-off cap, when the API gives no Retry-After
-MAX_RETRY_AFTER = 60.0  # a longer Retry-After is capped here
+MAX_RETRY_AFTER = 300.0  # a longer Retry-After is capped here (the API says at most 120 s)
 WINDOW_SECONDS = 10
 TICK_SECONDS = 0.02
 
@@ -79,7 +90,8 @@ class Recorder:
     """What one client process saw. Times are seconds since the schedule's start."""
 
     def __init__(self) -> None:
-        self.requests: dict[str, list[tuple[float, float]]] = {POST: [], GET: []}  # (t, ms)
+        #: (sent at, ms from request to answer, of which ms waiting for a pooled connection)
+        self.requests: dict[str, list[tuple[float, float, float]]] = {POST: [], GET: []}
         self.errors: dict[str, int] = {}
         self.send_lag_ms: list[float] = []
         self.loop_lag_ms: list[float] = []
@@ -112,7 +124,9 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
         ctx.queued_at = time.perf_counter()
 
     async def on_queued_end(_s: object, ctx: Any, _p: object) -> None:
-        rec.pool_wait_ms.append((time.perf_counter() - ctx.queued_at) * 1000)
+        waited = (time.perf_counter() - ctx.queued_at) * 1000
+        ctx.trace_request_ctx.pool_wait_ms += waited
+        rec.pool_wait_ms.append(waited)
 
     trace = aiohttp.TraceConfig()
     trace.on_connection_queued_start.append(on_queued_start)
@@ -128,16 +142,16 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
 
     async def call(route: str, method: str, path: str, **kw: Any) -> tuple[int, Any, str | None]:
         """One request: (status, JSON body or None, Retry-After); status 0 on a client error."""
-        began = time.perf_counter()
+        began, trace = time.perf_counter(), SimpleNamespace(pool_wait_ms=0.0)
         try:
-            async with session.request(method, path, **kw) as response:
+            async with session.request(method, path, trace_request_ctx=trace, **kw) as response:
                 raw = await response.read()
                 status, retry_after = response.status, response.headers.get("Retry-After")
         except (aiohttp.ClientError, TimeoutError) as exc:
             rec.error(f"{route}: {type(exc).__name__}")
             return 0, None, None
         ended = time.perf_counter()
-        rec.requests[route].append((began - start, (ended - began) * 1000))
+        rec.requests[route].append((began - start, (ended - began) * 1000, trace.pool_wait_ms))
         if status not in (200, 202):
             rec.error(f"{route}: HTTP {status}")
             return status, None, retry_after
@@ -180,6 +194,13 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(TICK_SECONDS)
             rec.loop_lag_ms.append(max(0.0, (time.perf_counter() - before - TICK_SECONDS) * 1000))
 
+    async def connect() -> None:
+        async with session.get("/healthz") as response:
+            await response.read()
+
+    # Open the pool before the first POST is due, as a long-running client would have it: the
+    # first second should measure the API, not TCP handshakes queued behind a cold pool.
+    await asyncio.gather(*(connect() for _ in range(args.connections)), return_exceptions=True)
     tasks: set[asyncio.Task[None]] = set()
     tick = loop.create_task(ticker())
     cpu_start, wall_start = cpu_self(), time.perf_counter()
@@ -215,6 +236,7 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
         "retry_after": rec.retry_after,
         "unsettled": rec.unsettled,
         "cpu_s": cpu_self() - cpu_start,
+        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "wall_s": wall,
         "send_cpu_s": send_cpu,
         "send_wall_s": send_wall,
@@ -222,6 +244,11 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def client_main(args: argparse.Namespace) -> None:
+    # A full collection over tens of thousands of live tasks stalls the loop for tens of ms,
+    # which would show as send lag: collect nothing during the run (it is a few minutes long).
+    gc.collect()
+    gc.freeze()
+    gc.disable()
     try:
         import uvloop
 
@@ -252,17 +279,20 @@ def summarize(parts: list[dict[str, Any]]) -> dict[str, Any]:
     for part in parts:
         for key, n in part["errors"].items():
             errors[key] = errors.get(key, 0) + n
+    # The API's latency is the answer time less any wait for a pooled connection (the client's
+    # own queue); both are reported.
     routes = {}
     for route, rows in requests.items():
-        ms = [m for _, m in rows]
+        ms = [total - waited for _, total, waited in rows]
         routes[route] = {"count": len(ms)} | {f"{k}_ms": v for k, v in stats(ms).items()}
+        routes[route]["p99_with_pool_wait_ms"] = round(percentile([r[1] for r in rows], 99), 2)
     windows = []
-    end = max((t for rows in requests.values() for t, _ in rows), default=0)
+    end = max((r[0] for rows in requests.values() for r in rows), default=0)
     for w in range(int(end // WINDOW_SECONDS) + 1):
         lo, hi = w * WINDOW_SECONDS, (w + 1) * WINDOW_SECONDS
         row: dict[str, Any] = {"from_s": lo}
         for route, key in ((POST, "post"), (GET, "get")):
-            ms = [m for t, m in requests[route] if lo <= t < hi]
+            ms = [total - waited for t, total, waited in requests[route] if lo <= t < hi]
             row[f"{key}_per_s"] = round(len(ms) / WINDOW_SECONDS, 1)
             row[f"{key}_p99_ms"] = round(percentile(ms, 99), 1)
         windows.append(row)
@@ -285,6 +315,7 @@ def summarize(parts: list[dict[str, Any]]) -> dict[str, Any]:
             "pool_waits": len(merged("pool_wait_ms")),
             "pool_wait_ms": stats(merged("pool_wait_ms")),
             "cpu_s": round(sum(p["cpu_s"] for p in parts), 1),
+            "max_rss_mb": round(max(p["max_rss_mb"] for p in parts), 1),
             "send_phase_cpu_pct_max": round(max(send_cpu, default=0), 1),
             "send_phase_cpu_pct_total": round(sum(send_cpu), 1),
         },
@@ -300,9 +331,10 @@ class CpuMeter:
         self.marks: list[tuple[float, dict[str, float]]] = []
 
     def mark(self) -> None:
-        from bench.procstat import machine_cpu, tree_cpu
+        from bench.procstat import cpu_seconds, machine_cpu, tree_cpu
 
         reading = {name: tree_cpu(pid) for name, pid in self.pids.items()}
+        reading["page server"] = cpu_seconds(os.getpid(), reaped=False)  # this process
         reading["machine"] = machine_cpu()
         self.marks.append((time.monotonic(), reading))
 
@@ -311,7 +343,7 @@ class CpuMeter:
         wall = t1 - t0
         out: dict[str, Any] = {"wall_s": round(wall, 1)}
         used = {name: r1[name] - r0[name] for name in r0}
-        # Whatever else ran: the load clients, the page server, other users of the machine.
+        # Whatever else ran: the load clients, Redis, other users of the machine.
         used["rest"] = used["machine"] - sum(v for k, v in used.items() if k != "machine")
         for name, seconds in used.items():
             out[name] = {"cpu_s": round(seconds, 1), "pct": round(seconds / wall * 100, 1)}
@@ -402,9 +434,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout.strip().splitlines()[-1]  # fmt: skip
     port = free_port()
+    prom = tmp / "prometheus"  # every API process's request histogram, summed at /metrics
+    prom.mkdir()
     procs = {
         "api": Process(["api", "--port", str(port), "--workers", str(args.api_workers)],
-                       tmp / "api.log"),
+                       tmp / "api.log", env={"PROMETHEUS_MULTIPROC_DIR": str(prom)}),
         "worker": Process(["worker", "--queues", "retrievals", "--concurrency",
                            str(args.worker_concurrency), "--nice", str(args.worker_nice)],
                           tmp / "worker.log"),
@@ -419,6 +453,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         api = f"http://127.0.0.1:{port}"
         wait_for(lambda: _up(api), timeout=60)
         time.sleep(3)  # let the worker connect
+        # Each service runs in its own session, and with the kernel's autogroup scheduling
+        # (sched_autogroup_enabled=1) CPU is shared between sessions first: a process's nice
+        # value only ranks it within its session. So `worker --nice` alone left the workers an
+        # equal share against the API; the session's own nice value makes it count.
+        for name in ("worker", "sweeper"):
+            _autogroup_nice(procs[name].pid, args.worker_nice)
+        # The page server stands in for remote sites: part of the workers' load, so it runs at
+        # their niceness (its handler threads inherit it from the accepting thread).
+        os.setpriority(os.PRIO_PROCESS, site._thread.native_id, args.worker_nice)  # type: ignore[union-attr]
         pids = {name: proc.pid for name, proc in procs.items()}
         postmaster = _postmaster()
         if postmaster:  # every database's backends, not only this run's
@@ -438,18 +481,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ]  # fmt: skip
             if not args.honor_retry_after:
                 command.append("--ignore-retry-after")
-            clients.append(subprocess.Popen(command, cwd=ROOT))
+            clients.append(subprocess.Popen(command, cwd=ROOT, preexec_fn=_nicer(args.client_nice)))
         time.sleep(max(0.0, start_at - time.time()))
         meter.mark()  # 0: the first POST is due
         time.sleep(max(0.0, start_at + args.duration - time.time()))
         meter.mark()  # 1: the last POST is due
         backlog = _pending(db_url, args.workspace)
+        server_side = _server_side(api)
         for client in clients:
             if client.wait() != 0:
                 raise RuntimeError(f"a load client failed (exit {client.returncode})")
-        meter.mark()  # 2: every retrieval settled or given up on
+        # The clients stop polling at --settle-timeout; the workers go on. Wait for them, so
+        # the database's settle times cover every retrieval (up to --drain-timeout).
+        drain_deadline = start_at + args.duration + args.drain_timeout
+        while _pending(db_url, args.workspace) and time.time() < drain_deadline:
+            time.sleep(2)
+        meter.mark()  # 2: every retrieval settled (or --drain-timeout passed)
         result = summarize([json.loads(out.read_text()) for out in outs])
         result["backlog_at_end_of_posts"] = backlog
+        result["server_side"] = server_side
         result["cpu_post_phase"] = meter.between(0, 1)
         result["cpu_drain_phase"] = meter.between(1, 2)
         result["database"] = _db_figures(db_url, args.workspace)
@@ -464,6 +514,62 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         redis.stop()
         site.stop()
         drop_postgres_database(db_name)
+        if args.keep:
+            print(f"logs and client records kept in {tmp}", file=sys.stderr)  # noqa: T201
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _server_side(api: str) -> dict[str, Any]:
+    """The API's own request histogram (middleware to middleware) per route, from /metrics.
+
+    Time spent before the app sees a request (accept, parse, a busy event loop) or in the
+    client is not in it, so comparing it with the client's figures says where latency is.
+    """
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    routes = {"POST": RETRIEVE_PATH, "GET": "/research-api/evidence/retrievals/{retrieval_id}"}
+    text = httpx.get(f"{api}/metrics", timeout=30).text
+    buckets: dict[str, dict[float, float]] = {method: {} for method in routes}
+    for family in text_string_to_metric_families(text):
+        if family.name != "evidence_http_request_duration_seconds":
+            continue
+        for sample in family.samples:
+            method, route = sample.labels.get("method"), sample.labels.get("route")
+            if sample.name.endswith("_bucket") and routes.get(method or "") == route:
+                le = float(sample.labels["le"])
+                buckets[method][le] = buckets[method].get(le, 0) + sample.value  # type: ignore[index]
+    out: dict[str, Any] = {}
+    for method, cumulative in buckets.items():
+        total = cumulative.get(float("inf"), 0)
+        if not total:
+            continue
+        within = {
+            f"within_{int(le * 1000)}ms_pct": round(n / total * 100, 2)
+            for le, n in sorted(cumulative.items())
+            if le in (0.025, 0.05, 0.1, 0.5)
+        }
+        p99 = min((le for le, n in cumulative.items() if n >= 0.99 * total), default=0)
+        out[method] = {"count": int(total), "p99_at_most_ms": p99 * 1000, **within}
+    return out
+
+
+def _autogroup_nice(pid: int, nice: int) -> None:
+    """Set the nice value of `pid`'s autogroup (its session), where the kernel has them."""
+    # No autogroups here (or not allowed): the process's own nice value is all there is.
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+
+
+def _nicer(increment: int) -> Any:
+    """A preexec_fn that changes the client's niceness (negative needs privileges)."""
+
+    def apply() -> None:
+        if increment:
+            os.nice(increment)
+
+    return apply
 
 
 def _postmaster() -> int | None:
@@ -500,11 +606,17 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
         f"{args.api_workers} API worker(s), {args.client_processes} client process(es))"
     )
     table = Table(title=title)
-    for column in ("route", "count", "p50 ms", "p99 ms", "max ms"):
+    columns = ("route", "count", "p50 ms", "p99 ms", "max ms", "p99 with pool wait")
+    for column in columns:
         table.add_column(column, justify="right" if column != "route" else "left")
     for route, row in result["routes"].items():
         table.add_row(
-            route, str(row["count"]), str(row["p50_ms"]), str(row["p99_ms"]), str(row["max_ms"])
+            route,
+            str(row["count"]),
+            str(row["p50_ms"]),
+            str(row["p99_ms"]),
+            str(row["max_ms"]),
+            str(row["p99_with_pool_wait_ms"]),
         )
     console.print(table)
     windows = Table(title=f"{WINDOW_SECONDS} s windows (by send time)")
@@ -529,13 +641,14 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
         f"{result['settle_seen_s']['p50']}/{result['settle_seen_s']['p99']} s",
         f"database: {db['states']}, settle p50/p99/max {db['settle_p50_s']}/"
         f"{db['settle_p99_s']}/{db['settle_max_s']} s, {db['settled_per_s']} settled/s",
+        f"server side (the API's histogram, to the end of the POSTs): {result['server_side']}",
         f"Retry-After honoured {result['retry_after_s']['count']} times, p50/max "
         f"{result['retry_after_s']['p50']}/{result['retry_after_s']['max']} s",
         f"client: send lag p50/p99/max {c['send_lag_ms']['p50']}/{c['send_lag_ms']['p99']}/"
         f"{c['send_lag_ms']['max']} ms, loop lag p99/max {c['loop_lag_ms']['p99']}/"
         f"{c['loop_lag_ms']['max']} ms, pool waits {c['pool_waits']} "
         f"(p99 {c['pool_wait_ms']['p99']} ms), CPU during POSTs {c['send_phase_cpu_pct_max']} % "
-        f"of a core (busiest process), {c['cpu_s']} s in all",
+        f"of a core (busiest process), {c['cpu_s']} s in all, max RSS {c['max_rss_mb']} MB",
         "CPU during POSTs (% of one core): "
         + ", ".join(f"{k} {v['pct']}" for k, v in cpu.items() if k != "wall_s")
         + f" over {cpu['wall_s']} s",
@@ -570,7 +683,16 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200)
     parser.add_argument("--duration", type=float, default=60)
     parser.add_argument("--poll-interval", type=float, default=1.0)
-    parser.add_argument("--settle-timeout", type=float, default=120)
+    parser.add_argument(
+        "--settle-timeout", type=float, default=120, help="clients stop polling a retrieval then"
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=600,
+        help="after the last POST, wait this long at most for the workers to settle everything",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the logs and client records")
     parser.add_argument("--connections", type=int, default=128, help="pool size, all clients")
     parser.add_argument("--client-processes", type=int, default=1)
     parser.add_argument(
@@ -581,7 +703,12 @@ def main() -> None:
     )
     parser.add_argument("--api-workers", type=int, default=1)
     parser.add_argument("--worker-concurrency", type=int, default=4)
-    parser.add_argument("--worker-nice", type=int, default=10)
+    parser.add_argument(
+        "--worker-nice", type=int, default=10, help="niceness of worker, page server"
+    )
+    parser.add_argument(
+        "--client-nice", type=int, default=0, help="niceness increment of the load clients"
+    )
     parser.add_argument("--log-level", default="WARNING", help="the services' EVIDENCE_LOG_LEVEL")
     parser.add_argument("--workspace", default=str(uuid.uuid4()))
     # Client mode only.
