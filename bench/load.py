@@ -481,7 +481,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ]  # fmt: skip
             if not args.honor_retry_after:
                 command.append("--ignore-retry-after")
-            clients.append(subprocess.Popen(command, cwd=ROOT, preexec_fn=_nicer(args.client_nice)))
+            client = subprocess.Popen(
+                command, cwd=ROOT, preexec_fn=_nicer(args.client_nice), start_new_session=True
+            )
+            _autogroup_nice(client.pid, args.client_nice)  # its own session: see the docstring
+            clients.append(client)
         time.sleep(max(0.0, start_at - time.time()))
         meter.mark()  # 0: the first POST is due
         time.sleep(max(0.0, start_at + args.duration - time.time()))
@@ -562,12 +566,12 @@ def _autogroup_nice(pid: int, nice: int) -> None:
         Path(f"/proc/{pid}/autogroup").write_text(str(nice))
 
 
-def _nicer(increment: int) -> Any:
-    """A preexec_fn that changes the client's niceness (negative needs privileges)."""
+def _nicer(nice: int) -> Any:
+    """A preexec_fn that sets the client's nice value (a negative one needs privileges)."""
 
     def apply() -> None:
-        if increment:
-            os.nice(increment)
+        if nice:
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
 
     return apply
 
@@ -701,13 +705,15 @@ def main() -> None:
         action="store_false",
         help="poll on the client's own back-off even when the API sends Retry-After",
     )
-    parser.add_argument("--api-workers", type=int, default=1)
+    parser.add_argument(
+        "--api-workers", type=int, default=2, help="API processes (one per core here)"
+    )
     parser.add_argument("--worker-concurrency", type=int, default=4)
     parser.add_argument(
         "--worker-nice", type=int, default=10, help="niceness of worker, page server"
     )
     parser.add_argument(
-        "--client-nice", type=int, default=0, help="niceness increment of the load clients"
+        "--client-nice", type=int, default=0, help="nice value of the load clients (< 0: root)"
     )
     parser.add_argument("--log-level", default="WARNING", help="the services' EVIDENCE_LOG_LEVEL")
     parser.add_argument("--workspace", default=str(uuid.uuid4()))
