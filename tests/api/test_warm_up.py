@@ -1,7 +1,8 @@
-"""The API opens its database pool and broker connection at start, and never fails to start."""
+"""At start the API sizes its thread pool and opens its database and broker connections."""
 
 from __future__ import annotations
 
+import anyio.to_thread
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
@@ -38,4 +39,13 @@ class TestWarmUp:
         monkeypatch.setattr(service, "warm_up", lambda: calls.append(1))
         with TestClient(main.create_app()) as client:
             assert calls == [1]
+            assert client.get("/healthz").status_code == 200
+
+
+class TestThreadPool:
+    def test_sized_at_start(self) -> None:
+        """Sync routes share API_THREADS worker threads, not anyio's default 40."""
+        with TestClient(main.create_app()) as client:
+            limiter = client.portal.call(anyio.to_thread.current_default_thread_limiter)  # type: ignore[union-attr]
+            assert limiter.total_tokens == main.API_THREADS == 8
             assert client.get("/healthz").status_code == 200
