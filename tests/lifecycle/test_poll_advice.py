@@ -91,6 +91,25 @@ class TestRetryAfter:
         service.backlog.clear()
 
 
+class TestBacklog:
+    """The backlog behind the advice: the last count plus what this process created since."""
+
+    def test_creations_count_until_the_next_count(
+        self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A POST raises the backlog at once; the next count replaces the estimate."""
+        monkeypatch.setattr(service, "_count_pending", lambda: 100)
+        service.backlog.clear()
+        assert service.backlog.pending() == 100
+        for _ in range(3):
+            assert api.post(body(page, workspace)).status_code == 202
+        assert service.backlog.pending() == 103  # counted less than a second ago
+        monkeypatch.setattr(service, "_count_pending", lambda: 7)
+        service.backlog.clear()
+        assert service.backlog.pending() == 7
+        service.backlog.clear()
+
+
 class TestPollDelay:
     """The advice itself, as a pure function of state and backlog."""
 
