@@ -173,6 +173,21 @@ class Services:
         self.sweeper.stop()
         self.beat.stop()
 
+    def processes(self) -> dict[str, Process]:
+        return {"worker": self.worker, "sweeper": self.sweeper, "beat": self.beat}
+
+    def revive(self) -> dict[str, str]:
+        """Restart whatever has exited; return the last lines of each dead one's log."""
+        dead = {}
+        for name, process in self.processes().items():
+            if not process.alive():
+                dead[name] = "\n".join(process.log().splitlines()[-15:])
+                if process is self.worker:
+                    self.start_worker()
+                else:
+                    process.start()
+        return dead
+
 
 @pytest.fixture(scope="session")
 def services(env: Env) -> Iterator[Services]:
@@ -183,6 +198,24 @@ def services(env: Env) -> Iterator[Services]:
     running.beat.start()
     yield running
     running.stop()
+
+
+@pytest.fixture(autouse=True)
+def _services_survive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A worker, sweeper or beat that exits during a test fails that test, not all later ones.
+
+    Tests that kill a process on purpose restart it themselves; any other exit is a defect (a
+    broker outage must never end a worker), so the test fails with the log's tail, and the
+    process is restarted for the tests after it.
+    """
+    yield
+    if "services" not in request.fixturenames:
+        return
+    services: Services = request.getfixturevalue("services")
+    dead = services.revive()
+    if dead:
+        tails = "\n".join(f"--- {name} ---\n{tail}" for name, tail in dead.items())
+        pytest.fail(f"exited during the test: {', '.join(dead)}\n{tails}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

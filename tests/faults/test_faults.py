@@ -68,6 +68,12 @@ def resume_worker(services: Services) -> None:
     os.killpg(services.worker.pid, signal.SIGCONT)
 
 
+def assert_survived(services: Services) -> None:
+    """A broker outage ends no process: each reconnects on its own (no restart by the test)."""
+    dead = [name for name, process in services.processes().items() if not process.alive()]
+    assert not dead, f"exited during the broker outage: {dead}"
+
+
 class TestWorkerDeath:
     """Workers die or stop mid-fetch; the database lease and the sweep recover the work."""
 
@@ -148,7 +154,7 @@ class TestBrokerFaults:
     """Redis stops and starts; the outbox and the sweep make sure nothing is lost."""
 
     def test_post_while_broker_down(
-        self, history: History, env: Env, pages, max_attempts: int
+        self, history: History, env: Env, services: Services, pages, max_attempts: int
     ) -> None:
         """20 POSTs with Redis down: all 202, /readyz 503; all settle once Redis is back."""
         env.redis.stop()
@@ -160,11 +166,14 @@ class TestBrokerFaults:
             env.redis.start()
         rows = history.check(max_attempts, settle_timeout=60)
         assert all(r.state == "completed" for r in rows) and len(rows) == 20
+        assert_survived(services)
 
     def test_redis_restart_loses_queue(
-        self, history: History, env: Env, pages, max_attempts: int
+        self, history: History, env: Env, services: Services, pages, max_attempts: int
     ) -> None:
-        """A backlog queued and running when Redis restarts without saving: all settle."""
+        """A backlog queued and running when Redis restarts without saving: all settle, and
+        the worker that was running tasks when the broker went away is still the same process."""
+        worker_pid = services.worker.pid
         submit(history, [pages(slow_seconds=1) for _ in range(4)] + [pages() for _ in range(30)])
         time.sleep(1.0)
         env.redis.stop()
@@ -174,6 +183,8 @@ class TestBrokerFaults:
         assert len(rows) == 34
         assert {r.state for r in rows} <= {"completed", "unconfirmed"}
         assert sum(r.state == "completed" for r in rows) >= 30
+        assert_survived(services)
+        assert services.worker.pid == worker_pid
 
     def test_duplicate_deliveries_execute_once(
         self, history: History, pages, max_attempts: int
