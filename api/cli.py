@@ -42,6 +42,7 @@ def api(
     import uvicorn
 
     _configure_logging()
+    os.environ["EVIDENCE_API_WORKERS"] = str(workers)  # read by each process (poll advice)
     uvicorn.run(
         "api.main:served_app",
         factory=True,  # called in every worker process: configures its logging, then serves

@@ -1,5 +1,6 @@
 """Assemble the FastAPI application."""
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -27,6 +28,12 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     anyio.to_thread.current_default_thread_limiter().total_tokens = API_THREADS
     with anyio.move_on_after(WARM_UP_SECONDS):
         await anyio.to_thread.run_sync(service.warm_up, abandon_on_cancel=True)
+    # What is alive now (modules, the app, the pools) lives as long as the process: move it out
+    # of the collector's reach, so a full collection scans only what requests allocate. Measured:
+    # scanning the ~120 000 start-up objects holds the GIL ~40 ms (longer on a busy core), and
+    # every request of the process waited behind it, 100-230 ms, in the first seconds of load.
+    gc.collect()
+    gc.freeze()
     yield
 
 

@@ -145,10 +145,12 @@ def poll_delay(state: str, pending: int, rand: Callable[[], float] = random.rand
 class _Backlog:
     """The number of pending retrievals, re-counted at most every BACKLOG_CACHE_SECONDS.
 
-    Between counts it adds the retrievals this process created since the last one: a count
-    taken while the backlog grows by a few hundred a second is otherwise too low for the next
-    second, and the polls it advises all come back early (measured: at a step from 0 to 200
-    POST/s, the first second's retrievals were all told 1 s and their polls arrived together).
+    Between counts it adds the retrievals created since the last one: a count taken while the
+    backlog grows by a few hundred a second is otherwise too low for the next second, and the
+    polls it advises all come back early (measured: at a step from 0 to 200 POST/s, the first
+    second's retrievals were all told 1 s; their polls doubled the API's load in the next
+    second and its p99 rose to 150-220 ms). A process sees only its own share of the new
+    retrievals, so it scales what it saw by the number of API processes (`api_workers`).
     """
 
     def __init__(self) -> None:
@@ -156,6 +158,13 @@ class _Backlog:
         self._created_since = 0
         self._counted_at = -math.inf
         self._lock = threading.Lock()
+        self._processes: int | None = None
+
+    @property
+    def processes(self) -> int:
+        if self._processes is None:
+            self._processes = get_settings().api_workers
+        return self._processes
 
     def pending(self) -> int:
         """The last count plus what was created here since; one caller re-counts when stale."""
@@ -170,7 +179,7 @@ class _Backlog:
             finally:
                 self._counted_at = time.monotonic()
                 self._lock.release()
-        return self._pending + self._created_since
+        return self._pending + self._created_since * self.processes
 
     def created(self) -> None:
         """Note a retrieval this process just created (pending until a worker claims it)."""
@@ -179,6 +188,7 @@ class _Backlog:
     def clear(self) -> None:
         self._counted_at = -math.inf
         self._created_since = 0
+        self._processes = None
 
 
 def _count_pending() -> int:

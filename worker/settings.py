@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     #: Connections each process keeps open to PostgreSQL (plus as many again in bursts).
     db_pool_size: int = Field(default=10, ge=1, le=100)
     worker_concurrency: int | None = None
+    #: API processes serving behind one socket (`evidence api --workers` sets it). Each process
+    #: sees only its share of new retrievals; the poll advice scales what it saw by this.
+    api_workers: int = Field(default=1, ge=1, le=256)
     api_retry_after_seconds: int = 5
     log_level: str = "INFO"
     log_json: bool = True

@@ -49,3 +49,18 @@ class TestThreadPool:
             limiter = client.portal.call(anyio.to_thread.current_default_thread_limiter)  # type: ignore[union-attr]
             assert limiter.total_tokens == main.API_THREADS == 8
             assert client.get("/healthz").status_code == 200
+
+
+class TestCollector:
+    def test_start_up_objects_are_frozen(self) -> None:
+        """After start, what lives as long as the process is out of the collector's scans."""
+        import gc
+
+        gc.unfreeze()
+        assert gc.get_freeze_count() == 0
+        try:
+            with TestClient(main.create_app()) as client:
+                assert gc.get_freeze_count() > 10_000  # the modules, the app, the pools
+                assert client.get("/healthz").status_code == 200
+        finally:
+            gc.unfreeze()

@@ -109,6 +109,26 @@ class TestBacklog:
         assert service.backlog.pending() == 7
         service.backlog.clear()
 
+    def test_creations_scale_with_the_api_processes(
+        self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With N API processes, what one process created stands for N times as many."""
+        from worker.settings import get_settings
+
+        monkeypatch.setattr(service, "_count_pending", lambda: 10)
+        monkeypatch.setenv("EVIDENCE_API_WORKERS", "4")
+        get_settings.cache_clear()
+        try:
+            service.backlog.clear()
+            assert service.backlog.pending() == 10
+            for _ in range(3):
+                assert api.post(body(page, workspace)).status_code == 202
+            assert service.backlog.pending() == 10 + 3 * 4
+        finally:
+            monkeypatch.delenv("EVIDENCE_API_WORKERS")
+            get_settings.cache_clear()
+            service.backlog.clear()
+
 
 class TestPollDelay:
     """The advice itself, as a pure function of state and backlog."""
