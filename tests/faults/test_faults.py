@@ -220,6 +220,47 @@ class TestBrokerFaults:
         assert rows[str(stale)].state == "expired" and rows[str(stale)].attempt == 0
 
 
+class TestIdempotencyFaults:
+    """Retried POSTs arrive together, while the broker is away; one request is still one row."""
+
+    def test_hundred_concurrent_retries_during_broker_outage_make_one_retrieval(
+        self, history: History, env: Env, services: Services, pages, max_attempts: int
+    ) -> None:
+        """100 concurrent POSTs of one mutation_id with Redis down, then the same again once
+        it is back: one row, one 202 and 199 x 200 naming it, one execution (attempt 1)."""
+        payload = body(pages(), history.workspace)
+        env.redis.stop()
+        try:
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                list(pool.map(lambda _: history.post(payload), range(100)))
+        finally:
+            env.redis.start()
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            list(pool.map(lambda _: history.post(payload), range(100)))
+        rows = history.check(max_attempts, settle_timeout=60)
+        codes = sorted(op.status for op in history.ops if op.action == "post")
+        assert codes == [200] * 199 + [202], codes
+        assert len(rows) == 1 and rows[0].state == "completed" and rows[0].attempt == 1
+        assert_survived(services)
+
+    def test_other_payload_for_a_known_mutation_conflicts_and_changes_nothing(
+        self, history: History, pages, max_attempts: int
+    ) -> None:
+        """The same mutation_id with another URL, concurrently with its replays: every such POST
+        is 409 invalid_input, and the one retrieval settles with the first URL's content."""
+        first = body(pages(), history.workspace)
+        other = {**first, "url": pages()}
+        history.post(first)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(history.post, [other, first] * 20))
+        rows = history.check(max_attempts)
+        posts = [op for op in history.ops if op.action == "post"]
+        conflicts = [op for op in posts if op.status == 409]
+        assert sorted(op.status for op in posts) == [200] * 20 + [202] + [409] * 20
+        assert all(op.body["error"]["code"] == "invalid_input" for op in conflicts)
+        assert len(rows) == 1 and rows[0].url == first["url"] and rows[0].state == "completed"
+
+
 class TestDatabaseFaults:
     """PostgreSQL connections are cut while the API accepts and the workers settle."""
 
