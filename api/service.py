@@ -158,13 +158,6 @@ class _Backlog:
         self._created_since = 0
         self._counted_at = -math.inf
         self._lock = threading.Lock()
-        self._processes: int | None = None
-
-    @property
-    def processes(self) -> int:
-        if self._processes is None:
-            self._processes = get_settings().api_workers
-        return self._processes
 
     def pending(self) -> int:
         """The last count plus what was created here since; one caller re-counts when stale."""
@@ -179,7 +172,7 @@ class _Backlog:
             finally:
                 self._counted_at = time.monotonic()
                 self._lock.release()
-        return self._pending + self._created_since * self.processes
+        return self._pending + self._created_since * get_settings().api_workers
 
     def created(self) -> None:
         """Note a retrieval this process just created (pending until a worker claims it)."""
@@ -188,7 +181,6 @@ class _Backlog:
     def clear(self) -> None:
         self._counted_at = -math.inf
         self._created_since = 0
-        self._processes = None
 
 
 def _count_pending() -> int:

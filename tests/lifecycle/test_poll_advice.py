@@ -116,18 +116,13 @@ class TestBacklog:
         from worker.settings import get_settings
 
         monkeypatch.setattr(service, "_count_pending", lambda: 10)
-        monkeypatch.setenv("EVIDENCE_API_WORKERS", "4")
-        get_settings.cache_clear()
-        try:
-            service.backlog.clear()
-            assert service.backlog.pending() == 10
-            for _ in range(3):
-                assert api.post(body(page, workspace)).status_code == 202
-            assert service.backlog.pending() == 10 + 3 * 4
-        finally:
-            monkeypatch.delenv("EVIDENCE_API_WORKERS")
-            get_settings.cache_clear()
-            service.backlog.clear()
+        monkeypatch.setattr(get_settings(), "api_workers", 4)
+        service.backlog.clear()
+        assert service.backlog.pending() == 10
+        for _ in range(3):
+            assert api.post(body(page, workspace)).status_code == 202
+        assert service.backlog.pending() == 10 + 3 * 4
+        service.backlog.clear()
 
 
 class TestPollDelay:
