@@ -130,6 +130,10 @@ def site() -> TLSSite:
     return ENV.site
 
 
+#: Lines of the worker's and sweeper's logs shown with a failed test that used them.
+LOG_TAIL_LINES = 80
+
+
 def _ping_worker() -> bool:
     from worker.celery_app import app
 
@@ -198,6 +202,22 @@ def services(env: Env) -> Iterator[Services]:
     running.beat.start()
     yield running
     running.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that ran against the worker and sweeper shows the end of their logs."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.failed:
+        return
+    if "services" not in getattr(item, "fixturenames", ()) or not hasattr(ENV, "tmp"):
+        return
+    for name in ("worker", "sweeper"):
+        path = ENV.tmp / f"{name}.log"
+        if path.exists():
+            tail = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            report.sections.append((f"{name} log, last {LOG_TAIL_LINES} lines", "\n".join(tail)))
 
 
 @pytest.fixture(autouse=True)
