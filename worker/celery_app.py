@@ -88,6 +88,19 @@ def _clear_task_context(**_: Any) -> None:
     structlog.contextvars.clear_contextvars()
 
 
+@signals.worker_init.connect
+def _preload_pipeline(**_: Any) -> None:
+    """Import the content pipeline (trafilatura and what it pulls in) before the pool forks.
+
+    Imported lazily inside the first task instead, a task cancelled during that import (Celery
+    cancels running tasks when the broker connection drops) left a half-initialised module
+    behind (`urllib3` without `util`), and every later task of that child failed on it until
+    its retrievals ran out of attempts. Imported here, no task can interrupt it, and the
+    children share the parent's copy.
+    """
+    import worker.assets  # noqa: F401
+
+
 @signals.worker_process_init.connect
 def _after_fork(**_: Any) -> None:
     """A forked child must not share the parent's database connections or HTTP pool."""
