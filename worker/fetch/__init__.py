@@ -1,0 +1,8 @@
+"""The bounded, guarded fetch: the attack surface, since users hand it arbitrary URLs.
+
+`guard` is the URL and address policy, `egress` the network backend that dials only checked
+addresses, `fetcher` the bounded HTTP client (redirects, size and time bounds), `errors` the
+classification of what went wrong, `politeness` and `robots` the manners, `types` the shared
+shapes. May import the base modules (`worker.reasons`, `worker.settings`, …); never `content`,
+`store` or `jobs`.
+"""
