@@ -24,18 +24,26 @@ run: install  ## Run the whole service here: API, worker, beat and Flower (SQLit
 demo: install  ## Watch it work offline: local HTTPS samples, API, worker, beat, `evidence enqueue --wait`
 	./deploy/demo.sh
 
-test: install  ## Run the test suite: PostgreSQL, then the lifecycle and read side on SQLite
+COVERAGE_FLOOR ?= 85
+COV := COVERAGE_FILE=$(abspath var/coverage/data) $(PY) -m coverage
+test: install  ## Run the test suite (PostgreSQL, then lifecycle and read side on SQLite) with coverage
 	./deploy/ensure-services.sh --postgres
-	$(PYTEST) -q -m "not fault"
-	$(PYTEST) -q --db sqlite -m "not fault" tests/lifecycle $(wildcard tests/read)
+	rm -rf var/coverage && mkdir -p var/coverage
+	$(COV) run -m pytest -q -m "not fault"
+	$(COV) run -m pytest -q --db sqlite -m "not fault" tests/lifecycle tests/read
+	$(COV) combine -q
+	$(COV) report --format=total --fail-under=$(COVERAGE_FLOOR) >/dev/null \
+		|| { $(COV) report --sort=cover | tail -25; echo "coverage below $(COVERAGE_FLOOR) %"; exit 1; }
+	@echo "coverage: $$($(COV) report --format=total) % of api/ and worker/ (floor $(COVERAGE_FLOOR) %)"
 
 test-faults: install  ## Run the fault-injection suite against the real services
 	./deploy/ensure-services.sh --postgres
 	$(PYTEST) -q -m fault
 
-lint: install  ## Ruff lint and format check
+lint: install  ## Ruff (lint and format) and mypy (strict on api/ and worker/)
 	$(BIN)/ruff check api worker tests bench
 	$(BIN)/ruff format --check api worker tests bench
+	$(BIN)/mypy
 
 format: install  ## Format the code
 	$(BIN)/ruff format api worker tests bench
