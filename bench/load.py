@@ -428,7 +428,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "EVIDENCE_LOG_LEVEL": args.log_level,
     }
     os.environ.update(env)
-    from worker.migrate import upgrade
+    from worker.store.migrate import upgrade
 
     upgrade(db_url)
     warm_workspace = str(uuid.uuid4())  # the warm-up's retrievals stay out of the figures

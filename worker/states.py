@@ -1,6 +1,6 @@
 """The retrieval state machine: states, allowed transitions, and what "settled" means.
 
-The database enforces these transitions with guarded UPDATEs (see `worker.store`); this module
+The database enforces these transitions with guarded UPDATEs (see `worker.store.retrievals`); this module
 is the single, pure statement of the rules those statements implement.
 """
 

@@ -40,7 +40,7 @@ IMAGE_SEARCH = "research_image_search"
 GET_IMAGE = "research_get_image"
 BRIEFS_GET = "sosoapi_research_briefs_get"
 
-#: Each read tool's contract prefix in worker/schemas/ (None: it has no contract files).
+#: Each read tool's contract prefix in worker/contract/ (None: it has no contract files).
 CONTRACTS: dict[str, str | None] = {
     CHUNK_SEARCH: None,
     GET_CHUNK: "get_chunk",
@@ -60,7 +60,7 @@ VALIDATORS: dict[str, Callable[[dict[str, Any]], Any]] = {
 
 
 def contract_file(name: str) -> dict[str, Any] | None:
-    """A contract file of worker/schemas/ by name, or None when there is none."""
+    """A contract file of worker/contract/ by name, or None when there is none."""
     path = SCHEMA_PATH / name
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 

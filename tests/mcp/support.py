@@ -174,8 +174,8 @@ async def check_refused(connect: Connect, key: str | None, url: str, workspace: 
 def _recorded(workspace: uuid.UUID, mutation_id: str) -> bool:
     import sqlalchemy as sa
 
-    from worker import db
-    from worker.models import Retrieval
+    from worker.store import db
+    from worker.store.models import Retrieval
 
     table = Retrieval.__table__  # type: ignore[attr-defined]
     with db.session_scope(readonly=True) as session:

@@ -1,4 +1,4 @@
-"""Validate read-side payloads against get_chunk, get_image and briefs_get in worker/schemas/."""
+"""Validate read-side payloads against get_chunk, get_image and briefs_get in worker/contract/."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Validate payloads against the output schema shipped in worker/schemas/."""
+"""Validate payloads against the output schema shipped in worker/contract/."""
 
 import json
 from datetime import datetime
