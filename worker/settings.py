@@ -22,7 +22,7 @@ def _split_commas(value: Any) -> Any:
 
 
 class Settings(BaseSettings):
-    """Every knob of the service; names are the contract's (CONTRACT §2) plus documented extras."""
+    """Every knob of the service: the contract's names plus our extras (docs/configuration.md)."""
 
     model_config = SettingsConfigDict(env_prefix="EVIDENCE_", extra="ignore")
 

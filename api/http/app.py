@@ -15,12 +15,8 @@ from api.services import retrievals as retrieval_service
 
 #: Longest the API waits at start for its warm-up before taking requests anyway.
 WARM_UP_SECONDS = 10
-#: Worker threads per API process for the sync routes and dependencies (anyio's default: 40).
-#: A request holds one only for its database and broker round trips, so a few overlap those
-#: waits; more only queue for the GIL, and at 200 POST/s the convoys were the latency tail.
-#: Measured (bench/load.py, 200 POST/s for 60 s, 2 processes): POST p99 238-517 ms with 40
-#: threads, 219 with 16, 77 with 8, 136 with 4. Fewer than the database pool (10): no request
-#: waits for a connection.
+#: Worker threads per API process (anyio's default: 40): more only queue for the GIL, and fewer
+#: than the database pool, so none waits for a connection. Figures: docs/performance.md.
 API_THREADS = 8
 
 
@@ -30,10 +26,8 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     anyio.to_thread.current_default_thread_limiter().total_tokens = API_THREADS
     with anyio.move_on_after(WARM_UP_SECONDS):
         await anyio.to_thread.run_sync(retrieval_service.warm_up, abandon_on_cancel=True)
-    # What is alive now (modules, the app, the pools) lives as long as the process: move it out
-    # of the collector's reach, so a full collection scans only what requests allocate. Measured:
-    # scanning the ~120 000 start-up objects holds the GIL ~40 ms (longer on a busy core), and
-    # every request of the process waited behind it, 100-230 ms, in the first seconds of load.
+    # What is alive now lives as long as the process: freeze it, so that a full collection scans
+    # only what requests allocate, not the start-up heap (docs/performance.md, "The API").
     gc.collect()
     gc.freeze()
     yield

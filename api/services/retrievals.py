@@ -131,10 +131,8 @@ def read_evidence(
 def poll_delay(state: str, pending: int, rand: Callable[[], float] = random.random) -> int | None:
     """Seconds a poller should wait before asking about a retrieval again; None once settled.
 
-    The advice for a pending retrieval is jittered by ±JITTER: polls answered in the same second
-    would otherwise all come back in the same second, and at 200 POST/s those waves of 150-230
-    GETs/s were what pushed the API's latency up (measured: 2-4 s episodes; ±25 % still left
-    waves of 110-220/s).
+    Jittered by ±JITTER, so that polls answered in the same second do not all come back in the
+    same second (docs/performance.md, "The API").
     """
     if state == S.RUNNING.value:
         return MIN_RETRY_AFTER_SECONDS
@@ -148,12 +146,9 @@ def poll_delay(state: str, pending: int, rand: Callable[[], float] = random.rand
 class _Backlog:
     """The number of pending retrievals, re-counted at most every BACKLOG_CACHE_SECONDS.
 
-    Between counts it adds the retrievals created since the last one: a count taken while the
-    backlog grows by a few hundred a second is otherwise too low for the next second, and the
-    polls it advises all come back early (measured: at a step from 0 to 200 POST/s, the first
-    second's retrievals were all told 1 s; their polls doubled the API's load in the next
-    second and its p99 rose to 150-220 ms). A process sees only its own share of the new
-    retrievals, so it scales what it saw by the number of API processes (`api_workers`).
+    Between counts it adds the retrievals created since, or a fast-growing backlog is counted
+    too low and its polls all come back early. A process sees only its share of them, so it
+    scales what it saw by the number of API processes (`api_workers`).
     """
 
     def __init__(self) -> None:
@@ -204,11 +199,8 @@ def retry_after(payload: dict[str, Any]) -> int | None:
 def warm_up() -> None:
     """Open at start what the first requests would otherwise open under load, best effort.
 
-    Measured: the first POST of a fresh process takes ~120 ms (engine and first connection 70,
-    Celery's finalize and producer connection 30, compiling the statements 20) and every new
-    pooled connection ~3 ms, so under load the first second queues requests behind threads that
-    each open their own. A database or broker that is down now is the requests' business (503,
-    or the sweep publishes later), not startup's.
+    A database or broker that is down now is the requests' business (503, or the sweep
+    publishes later), not startup's. What a cold first request costs: docs/performance.md.
     """
     from worker.jobs.celery_app import PUBLISH_CONNECT_TIMEOUT_SECONDS
     from worker.jobs.celery_app import app as celery

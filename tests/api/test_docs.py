@@ -35,7 +35,7 @@ class TestDocs:
     """GET /openapi.json and /docs describe every contract route."""
 
     def test_openapi_lists_every_route(self, client: TestClient) -> None:
-        """Each route of CONTRACT §1 and §4 is in the OpenAPI document with its method."""
+        """Each contract route (docs/api.md, docs/read-side.md) is in OpenAPI with its method."""
         document = client.get("/openapi.json").json()
         for method, path in ROUTES:
             assert method in document["paths"].get(path, {}), (method, path)

@@ -92,11 +92,8 @@ def _clear_task_context(**_: Any) -> None:
 def _preload_pipeline(**_: Any) -> None:
     """Import the content pipeline (trafilatura and what it pulls in) before the pool forks.
 
-    Imported lazily inside the first task instead, a task cancelled during that import (Celery
-    cancels running tasks when the broker connection drops) left a half-initialised module
-    behind (`urllib3` without `util`), and every later task of that child failed on it until
-    its retrievals ran out of attempts. Imported here, no task can interrupt it, and the
-    children share the parent's copy.
+    A task cancelled mid-import (as on a broker disconnect) would leave a half-initialised
+    module in its child; here nothing can interrupt it (docs/reliability.md, "Outages").
     """
     import worker.content.assets  # noqa: F401
 
