@@ -8,6 +8,7 @@ import anyio
 from fastapi import FastAPI
 
 from api import errors, metrics, service
+from api.body_limit import BodyLimit
 from api.middleware import RequestMetrics
 from api.routes import briefs, chunks, evidence, health, images, retrievals
 
@@ -46,6 +47,8 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
+    # Added first, so it runs inside the request metrics: refused bodies are counted too.
+    app.add_middleware(BodyLimit)
     app.add_middleware(RequestMetrics)
     app.include_router(health.router)
     app.include_router(retrievals.router)

@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = True
 
+    # What the API and the MCP HTTP server accept (docs/security.md, "Limits and availability").
+    #: Largest request body, in bytes. The default fits the largest legitimate body, a brief
+    #: revision at every length limit in non-ASCII text JSON-escaped (7 855 762 bytes).
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+
     # MCP server (`evidence mcp`).
     #: How long a retrieve tool call waits for its retrieval to settle before answering.
     mcp_wait_seconds: float = Field(default=20.0, ge=0, le=300)
