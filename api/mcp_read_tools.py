@@ -17,7 +17,7 @@ import anyio.to_thread
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
-from api import read_service
+from api import image_fetch, read_service
 from api.auth import Principal
 from api.errors import ApiError, invalid_input
 from api.mcp_tools import contract_file, provide, tool
@@ -150,10 +150,10 @@ async def image_search(principal: Principal, request: ImageSearchRequest) -> dic
 async def get_image(principal: Principal, request: ImageGetRequest) -> dict[str, Any]:
     """As `POST /research-api/images/get`; bytes that cannot be had are upstream_unavailable."""
     try:
-        return await _answer(read_service.get_image, principal, request)
+        return await image_fetch.get_image(principal, request)
     except ApiError as exc:
         if exc.code == "upstream_unavailable":
-            retry = read_service.IMAGE_RETRY_AFTER_SECONDS
+            retry = image_fetch.retry_after(exc)
             exc.details = {**(exc.details or {}), "retry_after_seconds": retry}
         raise
 

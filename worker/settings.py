@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     #: Largest request body, in bytes. The default fits the largest legitimate body, a brief
     #: revision at every length limit in non-ASCII text JSON-escaped (7 855 762 bytes).
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    #: Image-byte fetches (`images/get` with include_bytes) at once, per API key and per process.
+    image_fetch_per_key: int = Field(default=4, ge=1)
+    #: Image-byte fetches at once per process, all keys together.
+    image_fetch_concurrency: int = Field(default=16, ge=1)
+    #: Total seconds one image-byte fetch may take (connect, redirects, body).
+    image_fetch_timeout_seconds: float = Field(default=10.0, gt=0)
 
     # MCP server (`evidence mcp`).
     #: How long a retrieve tool call waits for its retrieval to settle before answering.

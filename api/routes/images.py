@@ -5,7 +5,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from api import read_service
+from api import image_fetch, read_service
 from api.deps import PrincipalDep, SessionDep
 from api.errors import ApiError, error_response
 from api.read_schemas import ImageGetRequest, ImageSearchRequest
@@ -22,15 +22,17 @@ def search(
 
 
 @router.post("/get", response_model=None)
-def get(
-    body: ImageGetRequest, principal: PrincipalDep, session: SessionDep
-) -> dict[str, Any] | JSONResponse:
-    """One image by id, with its bytes (base64) when include_bytes is true."""
+async def get(body: ImageGetRequest, principal: PrincipalDep) -> dict[str, Any] | JSONResponse:
+    """One image by id, with its bytes (base64) when include_bytes is true.
+
+    Async on purpose: the fetch of the bytes runs in its own bounded pool (api.image_fetch),
+    so the route never holds a request thread while an origin takes its time.
+    """
     try:
-        return read_service.get_image(session, principal, body)
+        return await image_fetch.get_image(principal, body)
     except ApiError as exc:
-        if exc.status != 503:
+        if exc.status not in (429, 503):
             raise
         response = error_response(exc)
-        response.headers["Retry-After"] = str(read_service.IMAGE_RETRY_AFTER_SECONDS)
+        response.headers["Retry-After"] = str(image_fetch.retry_after(exc))
         return response
