@@ -24,10 +24,11 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from api import mcp_read_tools  # noqa: F401  (registers the read-side tools)
 from api.auth import Principal, authenticate
+from api.body_limit import BodyLimit
 from api.errors import ApiError, envelope
 from api.mcp_tools import REGISTRY, ToolSpec, parse_arguments
 from worker import db
@@ -165,9 +166,20 @@ def run_stdio() -> None:
     anyio.run(serve)
 
 
-def http_app(host: str = "127.0.0.1") -> Starlette:
-    """The streamable HTTP app (endpoint `/mcp`), each call authenticated by its Bearer key."""
-    return build_server(http_credentials).streamable_http_app(host=host)
+def http_app(host: str = "127.0.0.1") -> ASGIApp:
+    """The streamable HTTP app (endpoint `/mcp`), each call authenticated by its Bearer key.
+
+    Stateless: no session outlives its request. `initialize` needs no key, and the SDK kept
+    every session it opened (up to 10 000, for 30 minutes): keyless clients could fill the table
+    and leave keyed ones with 503 "Too many open sessions". Every call authenticates itself
+    anyway and no tool sends requests back to the client, so sessions held nothing we need.
+    Bodies are bounded as the API bounds them (EVIDENCE_MAX_BODY_BYTES).
+    """
+    limit = get_settings().max_body_bytes
+    app = build_server(http_credentials).streamable_http_app(
+        host=host, stateless_http=True, max_request_body_size=limit
+    )
+    return BodyLimit(app)
 
 
 def run_http(host: str, port: int) -> None:
