@@ -184,6 +184,6 @@ def http_app(host: str = "127.0.0.1") -> ASGIApp:
 
 def run_http(host: str, port: int) -> None:
     """Serve MCP over streamable HTTP at http://HOST:PORT/mcp."""
-    import uvicorn
+    from api import serving
 
-    uvicorn.run(http_app(host), host=host, port=port, log_level="warning")
+    serving.run(http_app(host), host=host, port=port, log_level="warning")
