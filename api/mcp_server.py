@@ -24,7 +24,8 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from starlette.types import ASGIApp
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import mcp_read_tools  # noqa: F401  (registers the read-side tools)
 from api.auth import Principal, authenticate
@@ -179,7 +180,30 @@ def http_app(host: str = "127.0.0.1") -> ASGIApp:
     app = build_server(http_credentials).streamable_http_app(
         host=host, stateless_http=True, max_request_body_size=limit
     )
-    return BodyLimit(app)
+    return BodyLimit(NoStandaloneStream(app))
+
+
+class NoStandaloneStream:
+    """Answer `GET /mcp` with 405, as the transport allows for a server that offers no stream.
+
+    Stateless, the SDK would open a server-to-client event stream for any GET, keyless too, on
+    which nothing is ever sent, and hold its connection for as long as the client likes.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            body = {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": types.INVALID_REQUEST, "message": "Method Not Allowed"},
+            }
+            response = JSONResponse(body, status_code=405, headers={"Allow": "POST"})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def run_http(host: str, port: int) -> None:

@@ -7,6 +7,7 @@ stateless now: a keyless `initialize` is answered and leaves nothing behind.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -93,3 +94,19 @@ def test_declared_oversize_body_is_refused(server: tuple[int, int]) -> None:
     assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
     assert seconds < 2, seconds
     assert json_of(answer)["error"]["code"] == "invalid_input"  # type: ignore[index]
+
+
+def test_no_standing_event_stream(server: tuple[int, int]) -> None:
+    """A GET (a server-to-client event stream) is refused with 405 at once, never held open.
+
+    Stateless, nothing would ever be sent on such a stream, and a keyless client could hold
+    connections with as many as it liked.
+    """
+    port, _ = server
+    start = time.monotonic()
+    response = httpx.get(
+        f"http://127.0.0.1:{port}/mcp", headers={"Accept": "text/event-stream"}, timeout=10
+    )
+    assert response.status_code == 405, response.text
+    assert response.headers["allow"] == "POST"
+    assert time.monotonic() - start < 2
