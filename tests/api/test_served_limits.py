@@ -90,6 +90,7 @@ def test_flood_of_half_sent_requests(api_url: str) -> None:
     """More half-sent connections than the process has descriptors: requests are still answered
     at once (200, or 503 at the concurrency limit), and every stale connection is closed."""
     port = port_of(api_url)
+    opened = time.monotonic()
     flood = [half_sent(port) for _ in range(FLOOD)]
     try:
         for _ in range(3):
@@ -98,7 +99,8 @@ def test_flood_of_half_sent_requests(api_url: str) -> None:
             assert response.status_code in (200, 503), response.text
             assert time.monotonic() - start < PROMPT
         still_open = [sock for sock in flood if not closed_by_server(sock, 0.01)]
-        assert still_open, "some half-sent connections are kept until their deadline"
+        if time.monotonic() - opened < HEADER_TIMEOUT - 0.5:
+            assert still_open, "half-sent connections are kept until their deadline"
         for sock in still_open:
             assert closed_by_server(sock, HEADER_TIMEOUT + 3), "a stale connection stayed open"
     finally:

@@ -140,7 +140,7 @@ def test_hanging_image_fetches_do_not_stall_others(
     for response, seconds in hung:
         error = check_envelope(response, 503, "upstream_unavailable")
         assert error["details"] == {"reason": "timeout"}
-        assert IMAGE_TIMEOUT - 1 < seconds < IMAGE_TIMEOUT + USUAL, seconds
+        assert IMAGE_TIMEOUT - 1 < seconds < IMAGE_TIMEOUT + 5, seconds
 
     # The key's slots are free again once its fetches ended.
     again = threading.Thread(target=get_bytes)
