@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from api.errors import not_entitled
-from worker.models import ApiKey
+from worker.store.models import ApiKey
 
 KEY_PREFIX = "evk_"
 SCOPE_RESEARCH = "agent:research"

@@ -26,7 +26,7 @@ def _configure_logging() -> None:
 @app.command()
 def migrate() -> None:
     """Apply the Alembic migrations to EVIDENCE_DATABASE_URL."""
-    from worker.migrate import upgrade
+    from worker.store.migrate import upgrade
 
     upgrade()
     typer.echo("database is at the latest migration")
@@ -39,12 +39,12 @@ def api(
     workers: Annotated[int, typer.Option(help="Uvicorn worker processes.")] = 1,
 ) -> None:
     """Serve the HTTP API."""
-    from api import serving
+    from api.http import serving
 
     _configure_logging()
     os.environ["EVIDENCE_API_WORKERS"] = str(workers)  # read by each process (poll advice)
     serving.run(
-        "api.main:served_app",
+        "api.http.app:served_app",
         factory=True,  # called in every worker process: configures its logging, then serves
         host=host,
         port=port,
@@ -64,7 +64,7 @@ def worker(
     ] = 0,
 ) -> None:
     """Run a Celery worker (prefork) that processes retrievals and sweeps."""
-    from worker.celery_app import app as celery
+    from worker.jobs.celery_app import app as celery
 
     if nice:
         os.nice(nice)
@@ -84,7 +84,7 @@ def beat(
     ] = "var/celerybeat-schedule",
 ) -> None:
     """Run Celery beat, which schedules the sweep. Run exactly one per deployment."""
-    from worker.celery_app import app as celery
+    from worker.jobs.celery_app import app as celery
 
     _configure_logging()
     os.makedirs(os.path.dirname(schedule) or ".", exist_ok=True)
@@ -97,7 +97,7 @@ def flower(
     address: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
 ) -> None:
     """Run Flower with basic auth from EVIDENCE_FLOWER_BASIC_AUTH."""
-    from worker.celery_app import app as celery
+    from worker.jobs.celery_app import app as celery
 
     auth = get_settings().flower_basic_auth
     if not auth or ":" not in auth:
@@ -113,16 +113,16 @@ def mcp(
     port: Annotated[int, typer.Option(help="Port to bind (http).")] = 8001,
 ) -> None:
     """Serve the tools over MCP: stdio (key from EVIDENCE_API_KEY) or HTTP at /mcp (Bearer key)."""
-    from api import mcp_server
+    from api.mcp import server
 
     if transport not in ("stdio", "http"):
         typer.echo("--transport must be stdio or http", err=True)
         raise typer.Exit(2)
     _configure_logging()
     if transport == "stdio":
-        mcp_server.run_stdio()
+        server.run_stdio()
     else:
-        mcp_server.run_http(host, port)
+        server.run_http(host, port)
 
 
 @keys_app.command("create")
@@ -132,7 +132,8 @@ def keys_create(
 ) -> None:
     """Create an API key; it is printed once, alone on the last line."""
     from api.auth import create_key
-    from worker import clock, db
+    from worker import clock
+    from worker.store import db
 
     secret = db.with_transient_retry(
         lambda s: create_key(s, list(workspace), list(scope), clock.now())
@@ -178,7 +179,7 @@ def enqueue(
     ] = None,
 ) -> None:
     """Submit a batch of URLs; re-running the same file resumes without duplicates."""
-    from api.enqueue import EnqueueOptions, run_enqueue
+    from api.batch.enqueue import EnqueueOptions, run_enqueue
 
     options = EnqueueOptions(
         file=file,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import trafilatura
 
-from worker import html_extract
-from worker.html_extract import extract_html
-from worker.markup import parse_html
+from worker.content import html
+from worker.content.html import extract_html
+from worker.content.markup import parse_html
 
 DATA = Path(__file__).resolve().parent / "data" / "extraction"
 URL = "https://bench.example/article"
@@ -149,10 +149,10 @@ def main() -> None:
     args = parser.parse_args()
     pages = load()
     scores = [
-        score("service (worker.html_extract)", ours, pages, args.repeat),
+        score("service (worker.content.html)", ours, pages, args.repeat),
         score("plain trafilatura.extract(html)", plain, pages, args.repeat),
     ]
-    print(f"{len(pages)} labelled pages; options {html_extract.EXTRACT_OPTIONS}")
+    print(f"{len(pages)} labelled pages; options {html.EXTRACT_OPTIONS}")
     print(table(scores))
     if args.grid:
         print(table(grid(pages)))

@@ -9,7 +9,7 @@ import time
 import trafilatura
 
 from bench.pages import render
-from worker.html_extract import EXTRACT_OPTIONS
+from worker.content.html import EXTRACT_OPTIONS
 
 #: The service's own trafilatura options (precision, tables, no comments, no fallbacks).
 OPTIONS = EXTRACT_OPTIONS

@@ -428,7 +428,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "EVIDENCE_LOG_LEVEL": args.log_level,
     }
     os.environ.update(env)
-    from worker.migrate import upgrade
+    from worker.store.migrate import upgrade
 
     upgrade(db_url)
     warm_workspace = str(uuid.uuid4())  # the warm-up's retrievals stay out of the figures
@@ -525,7 +525,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         site.stop()
         drop_postgres_database(db_name)
         if args.keep:
-            print(f"logs and client records kept in {tmp}", file=sys.stderr)  # noqa: T201
+            print(f"logs and client records kept in {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -713,7 +713,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
             "its own queueing; use more --client-processes",
             markup=False,
         )
-    print(json.dumps({"rate": args.rate, "duration": args.duration, **result}))  # noqa: T201
+    print(json.dumps({"rate": args.rate, "duration": args.duration, **result}))
 
 
 def _stop_on_sigterm() -> None:

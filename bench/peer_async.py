@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 import httpx
 import trafilatura
 
-from worker.html_extract import EXTRACT_OPTIONS
+from worker.content.html import EXTRACT_OPTIONS
 
 #: The service's own trafilatura options (precision, tables, no comments, no fallbacks).
 OPTIONS = EXTRACT_OPTIONS

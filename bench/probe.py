@@ -46,9 +46,12 @@ def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 @signals.worker_process_init.connect
 def _install(**_: Any) -> None:
     """Wrap the content steps in this child (imports them here, after the fork)."""
-    from worker import db, fetch, pipeline, politeness, runner
+    from worker.content import pipeline
+    from worker.fetch import fetcher, politeness
+    from worker.jobs import runner
+    from worker.store import db
 
-    fetch.Fetcher.fetch = timed("fetch", fetch.Fetcher.fetch)  # type: ignore[method-assign]
+    fetcher.Fetcher.fetch = timed("fetch", fetcher.Fetcher.fetch)  # type: ignore[method-assign]
     politeness.SharedState.call = timed("redis", politeness.SharedState.call)  # type: ignore[method-assign]
     pipeline.extract_html = timed("extract", pipeline.extract_html)
     pipeline.parse_captions = timed("extract", pipeline.parse_captions)

@@ -101,7 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
             ),
         }
     )
-    from worker.migrate import upgrade
+    from worker.store.migrate import upgrade
 
     upgrade(ENV.database_url)
 
@@ -112,7 +112,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     ENV.site.stop()
     ENV.robots_site.stop()
     ENV.redis.stop()
-    from worker import db
+    from worker.store import db
 
     db.dispose_engine()
     if ENV.db_name:
@@ -135,7 +135,7 @@ LOG_TAIL_LINES = 80
 
 
 def _ping_worker() -> bool:
-    from worker.celery_app import app
+    from worker.jobs.celery_app import app
 
     return bool(app.control.ping(timeout=0.5))
 
@@ -243,7 +243,7 @@ def http() -> Iterator[object]:
     """The API in-process (same code as `evidence api`), through Starlette's test client."""
     from fastapi.testclient import TestClient
 
-    from api.main import app
+    from api.http.app import app
 
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client

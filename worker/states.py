@@ -1,7 +1,7 @@
 """The retrieval state machine: states, allowed transitions, and what "settled" means.
 
-The database enforces these transitions with guarded UPDATEs (see `worker.store`); this module
-is the single, pure statement of the rules those statements implement.
+The database enforces these transitions with guarded UPDATEs (see `worker.store.retrievals`);
+this module is the single, pure statement of the rules those statements implement.
 """
 
 from enum import StrEnum

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from api.body_limit import declared_length
+from api.http.body_limit import declared_length
 from tests.conftest import Env
 from tests.read.test_read_e2e import story
 from tests.support.factories import Api, check_envelope

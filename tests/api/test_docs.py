@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from api.main import app
+from api.http.app import app
 
 ROUTES = [
     ("post", "/research-api/evidence/retrieve"),

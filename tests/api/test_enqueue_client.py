@@ -19,8 +19,8 @@ from uuid import UUID
 import pytest
 from rich.console import Console
 
-from api import enqueue
-from api.enqueue import (
+from api.batch import enqueue
+from api.batch.enqueue import (
     EnqueueOptions,
     RetryPolicy,
     Tally,
@@ -30,7 +30,7 @@ from api.enqueue import (
     parse_retry_after,
     run_enqueue,
 )
-from api.enqueue_input import mutation_id
+from api.batch.input import mutation_id
 from tests.support.fake_api import FakeApi
 
 WS = UUID("11111111-1111-4111-8111-111111111111")

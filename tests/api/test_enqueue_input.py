@@ -9,7 +9,7 @@ from uuid import UUID
 
 import pytest
 
-from api.enqueue_input import (
+from api.batch.input import (
     MUTATION_NAMESPACE,
     InputError,
     Line,

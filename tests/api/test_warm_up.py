@@ -7,9 +7,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 
-from api import main, service
+from api.http import app
+from api.services import retrievals
 from tests.conftest import Env
-from worker import db
+from worker.store import db
 
 
 class TestWarmUp:
@@ -18,9 +19,9 @@ class TestWarmUp:
         if env.db_kind != "postgres":
             pytest.skip("SQLite opens its file per connection; there is no pool to fill")
         db.dispose_engine()
-        service.warm_up()
+        retrievals.warm_up()
         engine = db.get_engine()
-        assert engine.pool.checkedin() == min(engine.pool.size(), service.WARM_CONNECTIONS)  # type: ignore[attr-defined]
+        assert engine.pool.checkedin() == min(engine.pool.size(), retrievals.WARM_CONNECTIONS)  # type: ignore[attr-defined]
 
     def test_an_unreachable_database_does_not_stop_it(
         self, monkeypatch: pytest.MonkeyPatch
@@ -31,13 +32,13 @@ class TestWarmUp:
             raise OperationalError("SELECT 1", {}, Exception("connection refused"))
 
         monkeypatch.setattr(db, "get_engine", down)
-        service.warm_up()  # returns
+        retrievals.warm_up()  # returns
 
     def test_runs_when_the_app_starts(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """The app's lifespan runs the warm-up once, before serving."""
         calls: list[int] = []
-        monkeypatch.setattr(service, "warm_up", lambda: calls.append(1))
-        with TestClient(main.create_app()) as client:
+        monkeypatch.setattr(retrievals, "warm_up", lambda: calls.append(1))
+        with TestClient(app.create_app()) as client:
             assert calls == [1]
             assert client.get("/healthz").status_code == 200
 
@@ -45,9 +46,9 @@ class TestWarmUp:
 class TestThreadPool:
     def test_sized_at_start(self) -> None:
         """Sync routes share API_THREADS worker threads, not anyio's default 40."""
-        with TestClient(main.create_app()) as client:
+        with TestClient(app.create_app()) as client:
             limiter = client.portal.call(anyio.to_thread.current_default_thread_limiter)  # type: ignore[union-attr]
-            assert limiter.total_tokens == main.API_THREADS == 8
+            assert limiter.total_tokens == app.API_THREADS == 8
             assert client.get("/healthz").status_code == 200
 
 
@@ -59,7 +60,7 @@ class TestCollector:
         gc.unfreeze()
         assert gc.get_freeze_count() == 0
         try:
-            with TestClient(main.create_app()) as client:
+            with TestClient(app.create_app()) as client:
                 assert gc.get_freeze_count() > 10_000  # the modules, the app, the pools
                 assert client.get("/healthz").status_code == 200
         finally:

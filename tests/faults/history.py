@@ -18,8 +18,8 @@ import httpx
 import sqlalchemy as sa
 
 from tests.support.factories import LEAK_PATTERNS, SETTLED, Api
-from worker import db
-from worker.models import EvidenceRevision, Retrieval
+from worker.store import db
+from worker.store.models import EvidenceRevision, Retrieval
 
 #: Status codes the contract allows on the retrieval routes.
 ALLOWED_CODES = {200, 202, 400, 401, 403, 404, 409, 422, 503}
@@ -164,7 +164,7 @@ class History:
 
 def check_revisions(workspace: uuid.UUID) -> None:
     """I3: per evidence item, one revision per distinct content hash, numbered 1..n."""
-    from worker.models import Evidence
+    from worker.store.models import Evidence
 
     with db.session_scope(readonly=True) as session:
         evidence_ids = (

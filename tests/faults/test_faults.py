@@ -44,10 +44,10 @@ def wait_running(history: History, retrieval_id: str, timeout: float = 20) -> No
 
 
 def attempt_of(retrieval_id: str) -> int:
-    from worker import db, store
+    from worker.store import db, retrievals
 
     with db.session_scope(readonly=True) as session:
-        row = store.get_retrieval(session, uuid.UUID(retrieval_id))
+        row = retrievals.get_retrieval(session, uuid.UUID(retrieval_id))
         assert row is not None
         return row.attempt
 
@@ -190,7 +190,7 @@ class TestBrokerFaults:
         self, history: History, pages, max_attempts: int
     ) -> None:
         """The same task published three more times (and to two workers): one claim, one settle."""
-        from worker import outbox
+        from worker.jobs import outbox
 
         (rid,) = submit(history, [pages(slow_seconds=2)])
         for _ in range(3):
@@ -202,14 +202,18 @@ class TestBrokerFaults:
         self, history: History, pages, max_attempts: int
     ) -> None:
         """A task delivered after its retrieval was cancelled or expired claims nothing."""
-        from worker import clock, db, outbox, store
+        from worker import clock
+        from worker.jobs import outbox
+        from worker.store import db, retrievals
 
         url = pages()
         made = []
         for created_at in (clock.now(), clock.now() - timedelta(hours=2)):
-            new = store.NewRetrieval(history.workspace, uuid.uuid4(), url, "url_text", None)
+            new = retrievals.NewRetrieval(history.workspace, uuid.uuid4(), url, "url_text", None)
             row, _ = db.with_transient_retry(
-                lambda s, n=new, at=created_at: store.create_retrieval(s, n, at, timedelta(hours=1))
+                lambda s, n=new, at=created_at: retrievals.create_retrieval(
+                    s, n, at, timedelta(hours=1)
+                )
             )
             made.append(row.id)
         cancelled, stale = made
@@ -270,7 +274,7 @@ class TestDatabaseFaults:
         """Backends killed repeatedly: answers are 2xx or 503, never 500; all settle."""
         if env.db_kind != "postgres":
             pytest.skip("terminating backends is a PostgreSQL fault")
-        from worker import db
+        from worker.store import db
 
         stop = threading.Event()
 

@@ -111,7 +111,7 @@ class TestAuth:
         """The database never holds a key in plain text."""
         import sqlalchemy as sa
 
-        from worker import db
+        from worker.store import db
 
         with db.session_scope() as session:
             stored = session.execute(sa.text("SELECT key_hash, prefix FROM api_key")).all()

@@ -137,7 +137,7 @@ class TestIdempotency:
 def count_rows(table: str, workspace: uuid.UUID) -> int:
     import sqlalchemy as sa
 
-    from worker import db
+    from worker.store import db
 
     with db.session_scope() as session:
         return int(
@@ -149,10 +149,10 @@ def count_rows(table: str, workspace: uuid.UUID) -> int:
 
 
 def attempts_of(retrieval_id: str) -> int:
-    from worker import db, store
+    from worker.store import db, retrievals
 
     with db.session_scope() as session:
-        row = store.get_retrieval(session, uuid.UUID(retrieval_id))
+        row = retrievals.get_retrieval(session, uuid.UUID(retrieval_id))
         assert row is not None
         return row.attempt
 
@@ -243,13 +243,14 @@ class TestCancel:
 
     def test_cancel_pending_and_settled(self, api: Api, page: str, workspace: uuid.UUID) -> None:
         """Cancelling twice, or after settling, returns the retrieval unchanged."""
-        from worker import clock, db, store
+        from worker import clock
+        from worker.store import db, retrievals
 
-        new = store.NewRetrieval(workspace, uuid.uuid4(), page, "url_text", None)
+        new = retrievals.NewRetrieval(workspace, uuid.uuid4(), page, "url_text", None)
         from datetime import timedelta
 
         row, _ = db.with_transient_retry(
-            lambda s: store.create_retrieval(s, new, clock.now(), timedelta(hours=1))
+            lambda s: retrievals.create_retrieval(s, new, clock.now(), timedelta(hours=1))
         )
         first = api.cancel(str(row.id)).json()["retrieval"]
         assert first["state"] == "cancelled"

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from api import service
+from api.services import retrievals as retrieval_service
 from tests.support.factories import Api, body
 from tests.support.pages import article, slow
 from tests.support.tls_site import TLSSite
@@ -76,19 +76,20 @@ class TestRetryAfter:
         self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """The advice for a pending retrieval is the backlog over the poll budget, capped."""
-        from worker import clock, db, store
+        from worker import clock
+        from worker.store import db, retrievals
 
-        new = store.NewRetrieval(workspace, uuid.uuid4(), page, "url_text", None)
+        new = retrievals.NewRetrieval(workspace, uuid.uuid4(), page, "url_text", None)
         row, _ = db.with_transient_retry(
-            lambda s: store.create_retrieval(s, new, clock.now(), timedelta(hours=1))
+            lambda s: retrievals.create_retrieval(s, new, clock.now(), timedelta(hours=1))
         )  # recorded, never published: pending until the sweep republishes it
         for pending, low, high in ((5_000, 50, 120), (10**7, 120, 120)):
-            monkeypatch.setattr(service, "_count_pending", lambda n=pending: n)
-            service.backlog.clear()
+            monkeypatch.setattr(retrieval_service, "_count_pending", lambda n=pending: n)
+            retrieval_service.backlog.clear()
             polled = api.get(str(row.id))
             assert polled.json()["retrieval"]["state"] == "pending"
             assert low <= int(retry_after(polled) or 0) <= high
-        service.backlog.clear()
+        retrieval_service.backlog.clear()
 
 
 class TestBacklog:
@@ -98,16 +99,16 @@ class TestBacklog:
         self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A POST raises the backlog at once; the next count replaces the estimate."""
-        monkeypatch.setattr(service, "_count_pending", lambda: 100)
-        service.backlog.clear()
-        assert service.backlog.pending() == 100
+        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: 100)
+        retrieval_service.backlog.clear()
+        assert retrieval_service.backlog.pending() == 100
         for _ in range(3):
             assert api.post(body(page, workspace)).status_code == 202
-        assert service.backlog.pending() == 103  # counted less than a second ago
-        monkeypatch.setattr(service, "_count_pending", lambda: 7)
-        service.backlog.clear()
-        assert service.backlog.pending() == 7
-        service.backlog.clear()
+        assert retrieval_service.backlog.pending() == 103  # counted less than a second ago
+        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: 7)
+        retrieval_service.backlog.clear()
+        assert retrieval_service.backlog.pending() == 7
+        retrieval_service.backlog.clear()
 
     def test_creations_scale_with_the_api_processes(
         self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
@@ -115,14 +116,14 @@ class TestBacklog:
         """With N API processes, what one process created stands for N times as many."""
         from worker.settings import get_settings
 
-        monkeypatch.setattr(service, "_count_pending", lambda: 10)
+        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: 10)
         monkeypatch.setattr(get_settings(), "api_workers", 4)
-        service.backlog.clear()
-        assert service.backlog.pending() == 10
+        retrieval_service.backlog.clear()
+        assert retrieval_service.backlog.pending() == 10
         for _ in range(3):
             assert api.post(body(page, workspace)).status_code == 202
-        assert service.backlog.pending() == 10 + 3 * 4
-        service.backlog.clear()
+        assert retrieval_service.backlog.pending() == 10 + 3 * 4
+        retrieval_service.backlog.clear()
 
 
 class TestPollDelay:
@@ -146,11 +147,11 @@ class TestPollDelay:
     )
     def test_poll_delay(self, state: str, pending: int, seconds: int | None) -> None:
         """Running: 1 s; pending: backlog / POLLS_PER_SECOND within 1..120 s; settled: none."""
-        assert service.poll_delay(state, pending, rand=lambda: 0.5) == seconds
+        assert retrieval_service.poll_delay(state, pending, rand=lambda: 0.5) == seconds
 
     def test_jitter_spreads_the_advice(self) -> None:
         """Polls answered together are not sent back together: ±50 % around the backlog share."""
-        assert service.poll_delay("pending", 1_000, rand=lambda: 0.0) == 10
-        assert service.poll_delay("pending", 1_000, rand=lambda: 0.999) == 30
-        advice = {service.poll_delay("pending", 1_000) for _ in range(500)}
+        assert retrieval_service.poll_delay("pending", 1_000, rand=lambda: 0.0) == 10
+        assert retrieval_service.poll_delay("pending", 1_000, rand=lambda: 0.999) == 30
+        advice = {retrieval_service.poll_delay("pending", 1_000) for _ in range(500)}
         assert len(advice) >= 15 and min(advice) >= 10 and max(advice) <= 30  # type: ignore[operator]

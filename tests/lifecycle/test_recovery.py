@@ -33,10 +33,10 @@ def slow_page(site: TLSSite) -> str:
 
 
 def row(retrieval_id: str):  # type: ignore[no-untyped-def]
-    from worker import db, store
+    from worker.store import db, retrievals
 
     with db.session_scope() as session:
-        return store.get_retrieval(session, uuid.UUID(retrieval_id))
+        return retrievals.get_retrieval(session, uuid.UUID(retrieval_id))
 
 
 class TestBrokerOutage:
@@ -153,14 +153,15 @@ class TestExpiry:
         self, api: Api, page: str, workspace: uuid.UUID
     ) -> None:
         """A pending retrieval whose valid_until passed is expired by the sweep; replays see it."""
-        from worker import clock, db, store
-        from worker.sweep import run_sweep
+        from worker import clock
+        from worker.jobs.sweep import run_sweep
+        from worker.store import db, retrievals
 
         mutation = uuid.uuid4()
         past = clock.now() - timedelta(hours=2)
-        new = store.NewRetrieval(workspace, mutation, page, "url_text", None)
+        new = retrievals.NewRetrieval(workspace, mutation, page, "url_text", None)
         created, _ = db.with_transient_retry(
-            lambda s: store.create_retrieval(s, new, past, timedelta(hours=1))
+            lambda s: retrievals.create_retrieval(s, new, past, timedelta(hours=1))
         )
         run_sweep()
         expired = api.get(str(created.id)).json()["retrieval"]

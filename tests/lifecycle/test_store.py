@@ -1,4 +1,4 @@
-"""The guarded transitions of `worker.store`, against the real database."""
+"""The guarded transitions of `worker.store.retrievals`, against the real database."""
 
 from __future__ import annotations
 
@@ -7,25 +7,28 @@ from datetime import timedelta
 
 import pytest
 
-from worker import clock, db, store
-from worker.results import Content, content_result
+from worker import clock
+from worker.content.results import Content, content_result
+from worker.store import db, retrievals
 
 pytestmark = pytest.mark.lifecycle
 
 
 def _new(ttl: timedelta, workspace_id: uuid.UUID | None = None) -> uuid.UUID:
     workspace_id = workspace_id or uuid.uuid4()
-    new = store.NewRetrieval(workspace_id, uuid.uuid4(), "https://example.org/a", "url_text", None)
+    new = retrievals.NewRetrieval(
+        workspace_id, uuid.uuid4(), "https://example.org/a", "url_text", None
+    )
     row, created = db.with_transient_retry(
-        lambda s: store.create_retrieval(s, new, clock.now(), ttl)
+        lambda s: retrievals.create_retrieval(s, new, clock.now(), ttl)
     )
     assert created
     return row.id
 
 
-def _claim(retrieval_id: uuid.UUID) -> store.Claim:
+def _claim(retrieval_id: uuid.UUID) -> retrievals.Claim:
     claim = db.with_transient_retry(
-        lambda s: store.claim(s, retrieval_id, clock.now(), timedelta(seconds=60))
+        lambda s: retrievals.claim(s, retrieval_id, clock.now(), timedelta(seconds=60))
     )
     assert claim is not None
     return claim
@@ -38,7 +41,7 @@ def _result(text: str = "Some text.") -> dict:
 
 def _evidence_of(retrieval_id: uuid.UUID) -> tuple[uuid.UUID | None, int | None]:
     with db.session_scope(readonly=True) as session:
-        row = store.get_retrieval(session, retrieval_id)
+        row = retrievals.get_retrieval(session, retrieval_id)
         assert row is not None
         return row.evidence_id, row.evidence_revision
 
@@ -46,7 +49,7 @@ def _evidence_of(retrieval_id: uuid.UUID) -> tuple[uuid.UUID | None, int | None]
 def _revision_texts(workspace_id: uuid.UUID) -> list[tuple[int, str]]:
     import sqlalchemy as sa
 
-    from worker.models import Evidence, EvidenceRevision
+    from worker.store.models import Evidence, EvidenceRevision
 
     e, r = Evidence.__table__.c, EvidenceRevision.__table__.c  # type: ignore[attr-defined]
     with db.session_scope(readonly=True) as session:
@@ -63,7 +66,7 @@ def _lose_lease(retrieval_id: uuid.UUID) -> None:
     """Make this row's lease run out now (without moving the clock for anyone else)."""
     import sqlalchemy as sa
 
-    from worker.models import Retrieval
+    from worker.store.models import Retrieval
 
     past = clock.now() - timedelta(seconds=1)
     db.with_transient_retry(
@@ -79,13 +82,13 @@ def _rescue() -> tuple[int, int]:
     from worker.settings import get_settings
 
     return db.with_transient_retry(
-        lambda s: store.rescue_lost(s, clock.now(), get_settings().max_attempts)
+        lambda s: retrievals.rescue_lost(s, clock.now(), get_settings().max_attempts)
     )
 
 
 def _state(retrieval_id: uuid.UUID) -> tuple[str, int]:
     with db.session_scope(readonly=True) as session:
-        row = store.get_retrieval(session, retrieval_id)
+        row = retrievals.get_retrieval(session, retrieval_id)
         assert row is not None
         return row.state, row.attempt
 
@@ -97,8 +100,8 @@ class TestSettle:
         """The claiming attempt settles; the same settle again is refused."""
         rid = _new(timedelta(hours=1))
         claim = _claim(rid)
-        assert store.settle_claim(claim, _result(), clock.now())
-        assert not store.settle_claim(claim, _result(), clock.now())
+        assert retrievals.settle_claim(claim, _result(), clock.now())
+        assert not retrievals.settle_claim(claim, _result(), clock.now())
         assert _state(rid) == ("completed", 1)
 
     def test_second_claim_refused_while_running(self) -> None:
@@ -106,7 +109,7 @@ class TestSettle:
         rid = _new(timedelta(hours=1))
         _claim(rid)
         again = db.with_transient_retry(
-            lambda s: store.claim(s, rid, clock.now(), timedelta(seconds=60))
+            lambda s: retrievals.claim(s, rid, clock.now(), timedelta(seconds=60))
         )
         assert again is None and _state(rid) == ("running", 1)
 
@@ -118,8 +121,8 @@ class TestSettle:
         _rescue()
         second = _claim(rid)
         assert second.attempt == 2
-        assert not store.settle_claim(first, _result(), clock.now())
-        assert store.settle_claim(second, _result(), clock.now())
+        assert not retrievals.settle_claim(first, _result(), clock.now())
+        assert retrievals.settle_claim(second, _result(), clock.now())
         assert _state(rid) == ("completed", 2)
 
     def test_fenced_settle_leaves_no_evidence(self) -> None:
@@ -130,10 +133,10 @@ class TestSettle:
         _lose_lease(rid)
         _rescue()
         second = _claim(rid)
-        assert not store.settle_claim(first, _result("Zombie text."), clock.now())
+        assert not retrievals.settle_claim(first, _result("Zombie text."), clock.now())
         assert _revision_texts(workspace) == []
         assert _evidence_of(rid) == (None, None)
-        assert store.settle_claim(second, _result("Fresh text."), clock.now())
+        assert retrievals.settle_claim(second, _result("Fresh text."), clock.now())
         assert _revision_texts(workspace) == [(1, "Fresh text.")]
         assert _evidence_of(rid)[1] == 1
 
@@ -143,7 +146,7 @@ class TestSettle:
         named = []
         for text in ("One.", "One.", "Two.", "One."):
             rid = _new(timedelta(hours=1), workspace)
-            assert store.settle_claim(_claim(rid), _result(text), clock.now())
+            assert retrievals.settle_claim(_claim(rid), _result(text), clock.now())
             named.append(_evidence_of(rid))
         assert [revision for _, revision in named] == [1, 1, 2, 1]
         assert len({evidence_id for evidence_id, _ in named}) == 1
@@ -154,7 +157,7 @@ class TestSettle:
         rid = _new(timedelta(seconds=30))
         claim = _claim(rid)
         late = clock.now() + timedelta(seconds=31)
-        assert not store.settle_claim(claim, _result(), late)
+        assert not retrievals.settle_claim(claim, _result(), late)
         assert _state(rid) == ("expired", 1)
 
     def test_lost_on_last_attempt_is_unconfirmed(self) -> None:

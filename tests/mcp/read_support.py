@@ -30,9 +30,9 @@ from tests.support.read_schemas import (
     validate_get_image,
     validate_image_search,
 )
-from tests.support.schemas import SCHEMA_PATH
 from tests.support.services import ROOT, Process, free_port, wait_for
 from tests.support.tls_site import TLSSite
+from worker import contract
 
 CHUNK_SEARCH = "research_chunk_search"
 GET_CHUNK = "research_get_chunk"
@@ -40,7 +40,7 @@ IMAGE_SEARCH = "research_image_search"
 GET_IMAGE = "research_get_image"
 BRIEFS_GET = "sosoapi_research_briefs_get"
 
-#: Each read tool's contract prefix in worker/schemas/ (None: it has no contract files).
+#: Each read tool's contract prefix in worker/contract/ (None: it has no contract files).
 CONTRACTS: dict[str, str | None] = {
     CHUNK_SEARCH: None,
     GET_CHUNK: "get_chunk",
@@ -60,9 +60,9 @@ VALIDATORS: dict[str, Callable[[dict[str, Any]], Any]] = {
 
 
 def contract_file(name: str) -> dict[str, Any] | None:
-    """A contract file of worker/schemas/ by name, or None when there is none."""
-    path = SCHEMA_PATH / name
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    """A contract file of worker/contract/ by name, or None when there is none."""
+    text = contract.text(name)
+    return json.loads(text) if text is not None else None
 
 
 def stdio_connector(env: Env) -> support.Connect:

@@ -13,7 +13,8 @@ import mcp_types as types
 from mcp import Client
 
 from tests.support.factories import LEAK_PATTERNS, SETTLED, body
-from tests.support.schemas import SCHEMA_PATH, validate_retrieval_payload
+from tests.support.schemas import validate_retrieval_payload
+from worker import contract as contract_files
 
 TOOL = "sosoapi_research_evidence_retrieve"
 TOOL_ERROR_CODES = {"invalid_input", "not_entitled", "upstream_unavailable", "internal"}
@@ -21,7 +22,7 @@ TOOL_ERROR_CODES = {"invalid_input", "not_entitled", "upstream_unavailable", "in
 
 def contract(part: str) -> dict[str, Any]:
     """One of the tool's contract files (`input`, `output`, `annotations`)."""
-    return json.loads((SCHEMA_PATH / f"evidence_retrieve.{part}.json").read_text(encoding="utf-8"))
+    return contract_files.load(f"evidence_retrieve.{part}.json")
 
 
 def retrieval_of(result: types.CallToolResult) -> dict[str, Any]:
@@ -174,8 +175,8 @@ async def check_refused(connect: Connect, key: str | None, url: str, workspace: 
 def _recorded(workspace: uuid.UUID, mutation_id: str) -> bool:
     import sqlalchemy as sa
 
-    from worker import db
-    from worker.models import Retrieval
+    from worker.store import db
+    from worker.store.models import Retrieval
 
     table = Retrieval.__table__  # type: ignore[attr-defined]
     with db.session_scope(readonly=True) as session:

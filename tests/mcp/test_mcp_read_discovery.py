@@ -10,7 +10,7 @@ import mcp_types as types
 import pytest
 from jsonschema import Draft7Validator
 
-from api.mcp_read_tools import model_input_schema
+from api.mcp.read_tools import model_input_schema
 from api.read_schemas import ChunkSearchRequest, ImageSearchRequest
 from tests.conftest import Env
 from tests.mcp import read_support as rs

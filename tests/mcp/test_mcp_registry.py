@@ -11,8 +11,8 @@ from mcp import Client
 from sqlalchemy.exc import OperationalError
 
 from api.auth import Principal
-from api.mcp_server import build_server
-from api.mcp_tools import REGISTRY, ToolSpec
+from api.mcp.server import build_server
+from api.mcp.tools import REGISTRY, ToolSpec
 from tests.mcp import support
 from tests.support.factories import body, make_key
 

@@ -18,8 +18,8 @@ from tests.ops.conftest import LiveApi, tmp_file
 from tests.support.schemas import validate_retrieval_payload
 from tests.support.services import ROOT, wait_for
 from tests.support.tls_site import TLSSite
-from worker import db
-from worker.models import Retrieval
+from worker.store import db
+from worker.store.models import Retrieval
 
 pytestmark = pytest.mark.usefixtures("services")
 ROW = re.compile(r"^\s*[│|]\s*(?P<label>[^│|]+?)\s*[│|]\s*(?P<n>\d+)\s*[│|]\s*$")

@@ -13,7 +13,8 @@ from tests.support.factories import SETTLED, Api, body
 from tests.support.pages import article
 from tests.support.services import wait_for
 from tests.support.tls_site import TLSSite
-from worker import clock, db, store
+from worker import clock
+from worker.store import db, retrievals
 
 pytestmark = pytest.mark.usefixtures("services")
 
@@ -66,9 +67,9 @@ class TestMetricsEndpoint:
     ) -> None:
         """A recorded, unpublished row shows as database queue depth until the sweep settles it."""
         workspace, _ = tenant
-        new = store.NewRetrieval(workspace, uuid.uuid4(), pages[0], "url_text", None)
+        new = retrievals.NewRetrieval(workspace, uuid.uuid4(), pages[0], "url_text", None)
         row, _ = db.with_transient_retry(
-            lambda s: store.create_retrieval(s, new, clock.now(), timedelta(hours=1))
+            lambda s: retrievals.create_retrieval(s, new, clock.now(), timedelta(hours=1))
         )
         samples = scrape(f"{live_api.url}/metrics")
         assert value(samples, "evidence_queue_depth", source="database") >= 1
@@ -78,7 +79,7 @@ class TestMetricsEndpoint:
 
         def settled() -> bool:
             with db.session_scope(readonly=True) as session:
-                return store.get_retrieval(session, row.id).state in SETTLED  # type: ignore[union-attr]
+                return retrievals.get_retrieval(session, row.id).state in SETTLED  # type: ignore[union-attr]
 
         wait_for(settled, timeout=60, interval=0.3)
 
@@ -97,11 +98,13 @@ class TestFetchHistograms:
 
     def test_buckets_are_cumulative(self) -> None:
         """Per-bucket counts add up into `le` buckets ending with +Inf; stray fields are ignored."""
-        from worker import metrics
+        from worker.fetch import fleet_metrics
 
-        index = metrics.bucket_index(metrics.DURATION_BUCKETS, 0.3)
-        assert metrics.DURATION_BUCKETS[index] == 0.5
-        assert metrics.bucket_index(metrics.DURATION_BUCKETS, 999) == len(metrics.DURATION_BUCKETS)
+        index = fleet_metrics.bucket_index(fleet_metrics.DURATION_BUCKETS, 0.3)
+        assert fleet_metrics.DURATION_BUCKETS[index] == 0.5
+        assert fleet_metrics.bucket_index(fleet_metrics.DURATION_BUCKETS, 999) == len(
+            fleet_metrics.DURATION_BUCKETS
+        )
         raw = {
             b"duration|ok|b0": b"2",
             b"duration|ok|b3": b"1",
@@ -109,7 +112,7 @@ class TestFetchHistograms:
             b"duration|ok|b99": b"5",
             b"other|ok|b0": b"7",
         }
-        histogram = metrics.parse_stats(raw).histograms["duration"]["ok"]
-        buckets = histogram.cumulative(metrics.DURATION_BUCKETS)
+        histogram = fleet_metrics.parse_stats(raw).histograms["duration"]["ok"]
+        buckets = histogram.cumulative(fleet_metrics.DURATION_BUCKETS)
         assert buckets[0] == ("0.05", 2.0) and buckets[3] == ("0.5", 3.0)
         assert buckets[-1] == ("+Inf", 3.0) and histogram.total == 0.6

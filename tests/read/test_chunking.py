@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from worker.chunking import (
+from worker.content.chunking import (
     CUE_PAUSE_MS,
     MAX_CHARS,
     TARGET_CHARS,
@@ -13,7 +13,7 @@ from worker.chunking import (
     split_revision,
     split_text,
 )
-from worker.fts import fts5_query, query_terms, ts_config
+from worker.store.fulltext import fts5_query, query_terms, ts_config
 
 PARAGRAPH = "Dissolved oxygen falls at night as algae stop photosynthesis. " * 4
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from api.errors import ApiError
-from api.image_fetch import KeySlots
-from worker.fetch_types import FetchedResponse, FetchFailure
-from worker.image_bytes import ImageUnavailable, fetch_image, sniff_image
-from worker.images import extract_images, images_from_tree, split_credit
-from worker.markup import parse_html
+from api.services.image_fetch import KeySlots
+from worker.content.images import extract_images, images_from_tree, split_credit
+from worker.content.markup import parse_html
+from worker.fetch.image_bytes import ImageUnavailable, fetch_image, sniff_image
+from worker.fetch.types import FetchedResponse, FetchFailure
 from worker.reasons import Reason
 
 IMAGES = Path(__file__).resolve().parents[1] / "fixtures" / "images"

@@ -22,7 +22,8 @@ LEAK_PATTERNS = re.compile(
 def make_key(workspaces: list[uuid.UUID], scopes: tuple[str, ...] = ("agent:research",)) -> str:
     """Create a real API key in the test database."""
     from api.auth import create_key
-    from worker import clock, db
+    from worker import clock
+    from worker.store import db
 
     return db.with_transient_retry(lambda s: create_key(s, workspaces, list(scopes), clock.now()))
 

@@ -1,19 +1,19 @@
-"""Validate read-side payloads against get_chunk, get_image and briefs_get in worker/schemas/."""
+"""Validate read-side payloads against get_chunk, get_image and briefs_get in worker/contract/."""
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from typing import Any
 
 from jsonschema import Draft7Validator
 
-from tests.support.schemas import SCHEMA_PATH, _format_checker
+from tests.support.schemas import _format_checker
+from worker import contract
 
 
 @lru_cache
 def _schema(name: str) -> dict[str, Any]:
-    return json.loads((SCHEMA_PATH / f"{name}.output.json").read_text(encoding="utf-8"))
+    return contract.load(f"{name}.output.json")
 
 
 @lru_cache

@@ -1,21 +1,18 @@
-"""Validate payloads against the output schema shipped in worker/schemas/."""
+"""Validate payloads against the output schema shipped in worker/contract/."""
 
-import json
 from datetime import datetime
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from jsonschema import Draft7Validator, FormatChecker
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "worker" / "schemas"
-OUTPUT_SCHEMA = SCHEMA_PATH / "evidence_retrieve.output.json"
+from worker import contract
 
 
 @lru_cache
 def _output_schema() -> dict[str, Any]:
-    return json.loads(OUTPUT_SCHEMA.read_text(encoding="utf-8"))
+    return contract.load("evidence_retrieve.output.json")
 
 
 def _format_checker() -> FormatChecker:

@@ -4,15 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from worker.captions import (
+from worker.content.captions import (
     MAX_RAW_CUES,
     CaptionError,
     collapse_rolling,
     parse_captions,
     sniff_format,
 )
+from worker.content.results import MAX_SEGMENTS, Segment
 from worker.reasons import Reason
-from worker.results import MAX_SEGMENTS, Segment
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captions"
 STYLED = """WEBVTT

@@ -16,9 +16,9 @@ import redis
 
 from tests.support import hostile
 from tests.support.tls_site import Page, TLSSite
-from worker.fetch import ALLOWED_MIME_TYPES, Fetcher, decode_body
-from worker.fetch_errors import parse_content_type, parse_retry_after
-from worker.fetch_types import FetchedResponse, FetchFailure
+from worker.fetch.errors import parse_content_type, parse_retry_after
+from worker.fetch.fetcher import ALLOWED_MIME_TYPES, Fetcher, decode_body
+from worker.fetch.types import FetchedResponse, FetchFailure
 from worker.reasons import Reason
 
 SLACK = 1.5

@@ -6,7 +6,7 @@ from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
 import pytest
 
-from worker.fetch_guard import (
+from worker.fetch.guard import (
     ParsedTarget,
     Verdict,
     check_address,

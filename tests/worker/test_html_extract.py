@@ -5,8 +5,8 @@ import time
 import lxml.html
 import pytest
 
-from worker.html_extract import FALLBACK_BELOW_CHARS, extract_html, is_login_wall, main_text
-from worker.markup import MAX_DEPTH, bound_markup, parse_bounded, parse_html, within_bounds
+from worker.content.html import FALLBACK_BELOW_CHARS, extract_html, is_login_wall, main_text
+from worker.content.markup import MAX_DEPTH, bound_markup, parse_bounded, parse_html, within_bounds
 from worker.reasons import Reason
 
 URL = "https://news.example/2024/05/rivers"
@@ -308,7 +308,7 @@ class TestBoundMarkup:
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """The Python tag scan runs only for a page whose tree breaks a bound."""
-        from worker import markup
+        from worker.content import markup
 
         scans: list[int] = []
         real = markup.bound_markup
@@ -362,7 +362,7 @@ class TestFallbackExtractors:
     def _count_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         import trafilatura
 
-        from worker import html_extract
+        from worker.content import html
 
         calls: list[bool] = []
         real = trafilatura.bare_extraction
@@ -371,7 +371,7 @@ class TestFallbackExtractors:
             calls.append(bool(kwargs.get("fast")))
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(html_extract.trafilatura, "bare_extraction", counting)
+        monkeypatch.setattr(html.trafilatura, "bare_extraction", counting)
         return calls
 
     def test_article_takes_one_fast_pass(self, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,12 +10,12 @@ import pytest
 
 from tests.support.schemas import validate_result
 from tests.support.tls_site import Page, TLSSite
-from worker import markup, text_clean
-from worker.assets import run_pipeline_with_assets
-from worker.fetch import Fetcher
-from worker.fetch_types import FetchedResponse, FetchFailure
-from worker.images import ImageRef, extract_images
-from worker.pipeline import run_pipeline
+from worker.content import markup, text
+from worker.content.assets import run_pipeline_with_assets
+from worker.content.images import ImageRef, extract_images
+from worker.content.pipeline import run_pipeline
+from worker.fetch.fetcher import Fetcher
+from worker.fetch.types import FetchedResponse, FetchFailure
 from worker.reasons import Reason
 from worker.settings import Settings
 
@@ -453,7 +453,7 @@ def page_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         return wrapper
 
     reals = {
-        "decode_body": text_clean.decode_body,
+        "decode_body": text.decode_body,
         "parse_bounded": markup.parse_bounded,
         "bound_markup": markup.bound_markup,
         "parse_html": markup.parse_html,

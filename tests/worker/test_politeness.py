@@ -12,9 +12,9 @@ import redis
 
 from tests.support import hostile
 from tests.support.tls_site import TLSSite
-from worker.fetch import Fetcher
-from worker.fetch_types import FetchFailure
-from worker.politeness import Politeness, SharedState
+from worker.fetch.fetcher import Fetcher
+from worker.fetch.politeness import Politeness, SharedState
+from worker.fetch.types import FetchFailure
 from worker.reasons import Reason
 
 UNREACHABLE_REDIS = "redis://127.0.0.1:1/15"

@@ -10,10 +10,10 @@ from tests.support.services import ROOT
 CHECK = """
 import sys
 from celery import signals
-import worker.tasks
+import worker.jobs.tasks
 assert "trafilatura" not in sys.modules, "imported before the worker starts"
 signals.worker_init.send(sender=None)
-assert "worker.assets" in sys.modules and "trafilatura" in sys.modules
+assert "worker.content.assets" in sys.modules and "trafilatura" in sys.modules
 import urllib3.util  # fully initialised, not a half-imported module
 print("ok")
 """

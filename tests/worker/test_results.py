@@ -5,8 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.support.schemas import validate_result
-from worker.reasons import FAILURE_STATUS, PARTIAL_REASONS, Reason
-from worker.results import (
+from worker.content.results import (
     MAX_SEGMENTS,
     Content,
     Segment,
@@ -16,6 +15,7 @@ from worker.results import (
     failure_result,
     has_content,
 )
+from worker.reasons import FAILURE_STATUS, PARTIAL_REASONS, Reason
 
 AT = datetime(2024, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
 

@@ -11,12 +11,10 @@ import redis
 
 from tests.support import hostile
 from tests.support.tls_site import Page, TLSSite
-from worker.fetch import Fetcher
-from worker.fetch_guard import ParsedTarget, guard_url
-from worker.fetch_types import FetchFailure
-from worker.politeness import SharedState
-from worker.reasons import Reason
-from worker.robots import (
+from worker.fetch.fetcher import Fetcher
+from worker.fetch.guard import ParsedTarget, guard_url
+from worker.fetch.politeness import SharedState
+from worker.fetch.robots import (
     RULES,
     RobotsAnswer,
     RobotsPolicy,
@@ -25,6 +23,8 @@ from worker.robots import (
     normalise_path,
     product_token,
 )
+from worker.fetch.types import FetchFailure
+from worker.reasons import Reason
 
 RFC_EXAMPLE = """
 User-Agent: *

@@ -2,7 +2,7 @@
 
 import pytest
 
-from worker.sweep import publish_limit
+from worker.jobs.sweep import publish_limit
 
 
 class TestPublishLimit:

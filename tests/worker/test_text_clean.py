@@ -4,8 +4,7 @@ import codecs
 
 import pytest
 
-from worker.languages import is_mismatch, normalise_tag, primary_subtag, same_language
-from worker.text_clean import (
+from worker.content.text import (
     clean_inline,
     clean_text,
     codec_for,
@@ -14,6 +13,7 @@ from worker.text_clean import (
     sniff_bom,
     strip_invisible,
 )
+from worker.languages import is_mismatch, normalise_tag, primary_subtag, same_language
 
 
 class TestStripInvisible:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from worker.markup import parse_html
-from worker.tracks import Track, find_tracks, is_platform_url, pick_track
+from worker.content.markup import parse_html
+from worker.content.tracks import Track, find_tracks, is_platform_url, pick_track
 
 PAGE = "https://media.example/talks/rivers.html"
 

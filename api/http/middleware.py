@@ -1,0 +1,61 @@
+"""Request middleware: count and time every request, and log it as one JSON line."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.http.metrics import HTTP_DURATION, HTTP_REQUESTS
+
+log = structlog.get_logger("api.request")
+
+#: Routes polled by machines: counted, never logged.
+QUIET_ROUTES = frozenset({"/metrics", "/healthz", "/readyz"})
+UNMATCHED = "unmatched"
+
+
+def route_of(scope: Scope) -> str:
+    """The matched route's template (bounded label values), or `unmatched`."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) and path else UNMATCHED
+
+
+class RequestMetrics:
+    """Pure ASGI middleware: no body buffering, works for streaming responses."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            self._record(scope, status, time.perf_counter() - start)
+
+    def _record(self, scope: Scope, status: int, seconds: float) -> None:
+        method, route = scope["method"], route_of(scope)
+        HTTP_REQUESTS.labels(method, route, str(status)).inc()
+        HTTP_DURATION.labels(method, route).observe(seconds)
+        if route in QUIET_ROUTES:
+            return
+        fields: dict[str, Any] = {"method": method, "route": route, "status": status}
+        retrieval_id = (scope.get("path_params") or {}).get("retrieval_id")
+        if retrieval_id is not None:
+            fields["retrieval_id"] = str(retrieval_id)
+        log.info("request", duration_ms=round(seconds * 1000, 1), **fields)

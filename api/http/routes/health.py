@@ -1,0 +1,39 @@
+"""Liveness and readiness."""
+
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from worker import clock
+from worker.jobs import outbox
+from worker.store import db, retrievals
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process is alive."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz() -> JSONResponse:
+    """Ready when the database and the broker are reachable; reports the oldest open work."""
+    checks: dict[str, Any] = {"database": False, "broker": outbox.broker_reachable()}
+    try:
+        with db.session_scope(readonly=True) as session:
+            session.execute(sa.text("SELECT 1"))
+            checks["database"] = True
+            checks["oldest_age_seconds"] = retrievals.oldest_open_age(session, clock.now())
+    except Exception:  # noqa: BLE001  (any failure means "not ready", never a 500)
+        pass
+    ready = checks["database"] and checks["broker"]
+    headers = None if ready else {"Retry-After": "5"}
+    return JSONResponse(
+        {"status": "ready" if ready else "unavailable", "checks": checks},
+        status_code=200 if ready else 503,
+        headers=headers,
+    )

@@ -1,0 +1,180 @@
+"""The MCP tools: a small registry of contract-described tools, and the tools themselves.
+
+A tool is an async function `(principal, arguments) -> payload` registered with `@tool`, named
+after its contract files in `worker/contract/` (`<contract>.input.json`, `.output.json`,
+`.annotations.json`), which are advertised byte for byte of meaning and enforced on every call.
+A tool with no contract file for a part supplies that document with `provide` (contract files
+always win). The read side's tools live in `api.mcp.read_tools`, on this same registry.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from jsonschema import Draft7Validator, FormatChecker, ValidationError
+from pydantic import BaseModel, TypeAdapter
+from pydantic import ValidationError as ModelValidationError
+
+from api.auth import Principal
+from api.errors import ApiError, invalid_input, validation_error
+from api.schemas import RetrieveRequest, Url, UuidText
+from api.services import retrievals
+from worker import contract
+from worker.settings import get_settings
+from worker.states import OPEN_STATES
+from worker.store import db
+
+ToolFn = Callable[[Principal, Any], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One MCP tool: its name, its contract files, and the function that runs it."""
+
+    name: str
+    contract: str
+    title: str
+    description: str
+    run: ToolFn
+    #: The model the HTTP API parses the same input with (so errors name fields identically).
+    model: type[BaseModel] | None = None
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return contract_file(f"{self.contract}.input.json")
+
+    @property
+    def output_schema(self) -> dict[str, Any]:
+        return contract_file(f"{self.contract}.output.json")
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        return contract_file(f"{self.contract}.annotations.json")
+
+
+#: Every tool the server offers, by name, in registration order.
+REGISTRY: dict[str, ToolSpec] = {}
+
+
+def tool(
+    name: str, *, contract: str, title: str, description: str, model: type[BaseModel] | None = None
+) -> Callable[[ToolFn], ToolFn]:
+    """Register the decorated function as the MCP tool `name`."""
+
+    def register(fn: ToolFn) -> ToolFn:
+        REGISTRY[name] = ToolSpec(name, contract, title, description, fn, model)
+        return fn
+
+    return register
+
+
+#: Schema documents of tools that have no such contract file, by the file name they stand for.
+PROVIDED: dict[str, str] = {}
+
+
+def provide(filename: str, document: dict[str, Any]) -> None:
+    """Supply `filename`'s document for a tool without that contract file (files still win)."""
+    PROVIDED[filename] = json.dumps(document)
+
+
+def contract_file(filename: str) -> dict[str, Any]:
+    """A fresh copy of one contract file's JSON (or of the document provided in its place)."""
+    text = contract.text(filename)
+    return json.loads(text if text is not None else PROVIDED[filename])
+
+
+def _format_checker() -> FormatChecker:
+    """Draft 7 formats, with `uri` and `uuid` checked by the same rules as the HTTP API."""
+    checker = FormatChecker()
+    for fmt, adapter in (("uri", TypeAdapter(Url)), ("uuid", TypeAdapter(UuidText))):
+
+        def check(value: object, adapter: TypeAdapter[str] = adapter) -> bool:
+            if isinstance(value, str):
+                adapter.validate_python(value)
+            return True
+
+        checker.checks(fmt, raises=ModelValidationError)(check)
+    return checker
+
+
+@cache
+def _input_validator(contract: str) -> Draft7Validator:
+    return Draft7Validator(
+        contract_file(f"{contract}.input.json"), format_checker=_format_checker()
+    )
+
+
+def _field_of(error: ValidationError) -> str | None:
+    """The argument a JSON Schema error is about (the missing or unknown one when that's it)."""
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [name for name in error.validator_value if name not in error.instance]
+        return str(missing[0]) if missing else None
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = error.schema.get("properties", {})
+        extra = [name for name in error.instance if name not in known]
+        return str(extra[0]) if extra else None
+    return str(error.path[0]) if error.path else None
+
+
+def parse_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> Any:
+    """Check `arguments` as the HTTP API does, then against the advertised input schema."""
+    parsed: Any = arguments
+    if spec.model is not None:
+        try:
+            parsed = spec.model.model_validate(arguments)
+        except ModelValidationError as exc:
+            raise validation_error(exc.errors()) from None
+    error = next(iter(_input_validator(spec.contract).iter_errors(arguments)), None)
+    if error is not None:
+        field = _field_of(error)
+        raise invalid_input(f"{field}: {error.message}" if field else error.message, field)
+    return parsed
+
+
+def _read_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> dict[str, Any]:
+    with db.session_scope(readonly=True) as session:
+        return retrievals.read_retrieval(session, principal, retrieval_id)
+
+
+async def _settle(principal: Principal, payload: dict[str, Any]) -> dict[str, Any]:
+    """Re-read the retrieval until it settles or the configured wait runs out."""
+    settings = get_settings()
+    deadline = anyio.current_time() + settings.mcp_wait_seconds
+    retrieval_id = uuid.UUID(payload["retrieval"]["id"])
+    while payload["retrieval"]["state"] in OPEN_STATES:
+        remaining = deadline - anyio.current_time()
+        if remaining <= 0:
+            break
+        await anyio.sleep(min(settings.mcp_poll_seconds, remaining))
+        try:
+            payload = await anyio.to_thread.run_sync(_read_retrieval, principal, retrieval_id)
+        except ApiError as exc:
+            if exc.code != "not_found":
+                raise
+            break  # cannot happen for a retrieval this key just recorded; answer what we have
+    return payload
+
+
+@tool(
+    "sosoapi_research_evidence_retrieve",
+    contract="evidence_retrieve",
+    title="Read a public research source",
+    description=(
+        "Retrieve bounded public HTTPS text or published captions; reuse mutation_id, inspect "
+        "coverage and untrusted text. Requires agent:research."
+    ),
+    model=RetrieveRequest,
+)
+async def evidence_retrieve(principal: Principal, request: RetrieveRequest) -> dict[str, Any]:
+    """Record the retrieval as `POST /research-api/evidence/retrieve` does; wait a bounded time."""
+    payload, _created = await anyio.to_thread.run_sync(
+        retrievals.submit_retrieval, principal, request
+    )
+    return await _settle(principal, payload)

@@ -1,0 +1,59 @@
+"""Turn rows into the contract's payloads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.clock import as_utc, isoformat
+from worker.store.models import Evidence, EvidenceRevision, Retrieval
+
+
+def retrieval_payload(row: Retrieval) -> dict[str, Any]:
+    """`{"retrieval": …}` exactly as `evidence_retrieve.output.json` describes it."""
+    evidence = None
+    if row.evidence_id is not None and row.evidence_revision is not None:
+        evidence = {"evidence_id": str(row.evidence_id), "revision": row.evidence_revision}
+    return {
+        "retrieval": {
+            "id": str(row.id),
+            "workspace_id": str(row.workspace_id),
+            "mutation_id": str(row.mutation_id),
+            "state": row.state,
+            "kind": row.kind,
+            "created_at": isoformat(row.created_at),
+            "settled_at": isoformat(row.settled_at) if row.settled_at else None,
+            "valid_until": isoformat(row.valid_until),
+            "result": row.result,
+            "evidence": evidence,
+        }
+    }
+
+
+def evidence_payload(
+    evidence: Evidence,
+    revision: EvidenceRevision,
+    revisions: list[tuple[int, str, Any]],
+) -> dict[str, Any]:
+    """One evidence revision with the list of all revisions."""
+    return {
+        "evidence": {
+            "evidence_id": str(evidence.id),
+            "workspace_id": str(evidence.workspace_id),
+            "kind": evidence.kind,
+            "url": evidence.url_key,
+            "language": evidence.language or None,
+            "revision": revision.revision,
+            "latest_revision": evidence.latest_revision,
+            "content_sha256": revision.content_sha256,
+            "text": revision.text,
+            "title": revision.title,
+            "description": revision.description,
+            "segments": revision.segments,
+            "provenance": revision.provenance,
+            "created_at": isoformat(as_utc(revision.created_at)),
+            "revisions": [
+                {"revision": n, "content_sha256": digest, "created_at": isoformat(at)}
+                for n, digest, at in revisions
+            ],
+        }
+    }

@@ -1,0 +1,159 @@
+"""Main text and metadata of an HTML page (url_text), with login-wall detection."""
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import lxml.html
+import trafilatura
+
+from worker.content.markup import parse_bounded
+from worker.content.results import Content
+from worker.content.text import clean_inline, clean_text, decode_body
+from worker.languages import is_mismatch, normalise_tag
+from worker.reasons import Reason
+
+#: Below this much main text (characters), a page with a password field is a login wall.
+LOGIN_MAX_TEXT_CHARS = 400
+#: trafilatura options, chosen by measured F1 (bench/extraction_quality.py). `fast` skips
+#: trafilatura's fallback extractors (readability, jusText), which cost as much again as its
+#: own pass and changed nothing on the labelled set; a page whose fast pass finds less than
+#: FALLBACK_BELOW_CHARS is extracted again with them (`main_text`).
+EXTRACT_OPTIONS: dict[str, bool] = {
+    "favor_precision": True,
+    "favor_recall": False,
+    "include_tables": True,
+    "include_comments": False,
+    "fast": True,
+}
+#: Main text shorter than this (trafilatura's own MIN_EXTRACTED_SIZE) calls for the fallbacks.
+FALLBACK_BELOW_CHARS = 250
+_LOGIN_PATH = re.compile(
+    r"/(?:log-?in|sign-?in|signon|auth(?:enticate)?|sso|session/new|account/login)\b", re.I
+)
+_PAYWALL_MARK = re.compile(r"paywall|regwall|subscriber-only|premium-wall|piano-", re.I)
+_XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
+
+
+@dataclass
+class PageExtraction:
+    """What a page yielded: its content, or the reason it is blocked; and its parsed tree.
+
+    `tree` is the page parsed once (None when it had no markup), left as parsed: callers read
+    more from it (its images) instead of parsing the page again.
+    """
+
+    content: Content
+    blocked: Reason | None = None
+    tree: lxml.html.HtmlElement | None = None
+
+
+def declared_language(tree: lxml.html.HtmlElement | None, headers: Mapping[str, str]) -> str | None:
+    """Return the language the publisher declared: `<html lang>`, else `Content-Language`."""
+    if tree is not None:
+        root = tree.getroottree().getroot()
+        for attr in ("lang", "xml:lang", _XML_LANG):
+            tag = normalise_tag(root.get(attr))
+            if tag:
+                return tag
+    return normalise_tag(headers.get("content-language"))
+
+
+def _first(tree: lxml.html.HtmlElement, *xpaths: str) -> str | None:
+    for xpath in xpaths:
+        for value in tree.xpath(xpath):
+            text = clean_inline(value if isinstance(value, str) else value.text_content())
+            if text:
+                return text
+    return None
+
+
+def page_title(tree: lxml.html.HtmlElement) -> str | None:
+    """Return og:title, else the first `<h1>` when `<title>` contains it, else `<title>`/`<h1>`."""
+    og = _first(tree, "//meta[@property='og:title']/@content")
+    if og:
+        return og
+    title, heading = _first(tree, "//title"), _first(tree, "//h1")
+    if title and heading and heading in title:
+        return heading
+    return title or heading
+
+
+def page_description(tree: lxml.html.HtmlElement) -> str | None:
+    """Return the OpenGraph description, else `<meta name=description>`."""
+    return _first(
+        tree,
+        "//meta[@property='og:description']/@content",
+        "//meta[translate(@name,'DESCRIPTION','description')='description']/@content",
+    )
+
+
+def has_password_form(tree: lxml.html.HtmlElement) -> bool:
+    """Whether the page asks for a password."""
+    return bool(tree.xpath("//input[translate(@type,'PASSWORD','password')='password']"))
+
+
+def is_login_wall(tree: lxml.html.HtmlElement, text: str, final_url: str) -> bool:
+    """Whether a page is really a login or paywall rather than the content asked for."""
+    tiny = len(text) < LOGIN_MAX_TEXT_CHARS
+    if has_password_form(tree):
+        return tiny or bool(_LOGIN_PATH.search(urlsplit(final_url).path))
+    marked = any(
+        _PAYWALL_MARK.search(f"{el.get('class', '')} {el.get('id', '')}")
+        for el in tree.iter("div", "section", "aside", "article")
+    )
+    return marked and tiny
+
+
+def main_text(tree: lxml.html.HtmlElement, url: str | None) -> str:
+    """Return the cleaned main text found by trafilatura (metadata is read with lxml: faster).
+
+    trafilatura works on a copy of a tree it is given (core.bare_extraction), so `tree` is left
+    unchanged for the title, the description and the images read from it afterwards.
+    """
+    text = _trafilatura_text(tree, url, EXTRACT_OPTIONS)
+    if len(text) < FALLBACK_BELOW_CHARS:
+        text = max(text, _trafilatura_text(tree, url, EXTRACT_OPTIONS | {"fast": False}), key=len)
+    return clean_text(text)
+
+
+def _trafilatura_text(
+    tree: lxml.html.HtmlElement, url: str | None, options: dict[str, bool]
+) -> str:
+    doc = trafilatura.bare_extraction(tree, url=url, with_metadata=False, **options)
+    return (doc.text or "") if doc is not None else ""
+
+
+def extract_html(
+    body: bytes | str,
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    language: str | None = None,
+    *,
+    charset: str | None = None,
+    mime_type: str | None = "text/html",
+) -> PageExtraction:
+    """Turn an HTML page into url_text content (document_text or metadata_only)."""
+    headers = headers or {}
+    html = decode_body(body, charset) if isinstance(body, bytes) else body
+    tree, cut = parse_bounded(html)
+    reasons: list[Reason] = [Reason.NODES_LIMITED] if cut else []
+    content = Content(source_url=url, mime_type=mime_type, reasons=reasons)
+    content.language = declared_language(tree, headers)
+    if tree is None:
+        return PageExtraction(content)
+    text = main_text(tree, url)
+    content.title = page_title(tree)
+    content.description = page_description(tree)
+    if is_login_wall(tree, text, url):
+        return PageExtraction(content, Reason.LOGIN_REQUIRED, tree)
+    content.text = text
+    if text:
+        content.content_kind = "document_text"
+    elif content.title or content.description:
+        content.content_kind = "metadata_only"
+        reasons.append(Reason.METADATA_ONLY)
+    if is_mismatch(language, content.language):
+        reasons.append(Reason.LANGUAGE_MISMATCH)
+    return PageExtraction(content, tree=tree)

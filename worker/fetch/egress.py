@@ -1,0 +1,281 @@
+"""The network layer under httpx: every TCP connection dials only an address the guard accepted.
+
+`GuardedBackend` is an httpcore network backend. httpcore asks it for a connection to
+`(host, port)`; it resolves the host once, refuses the connection unless every address is
+allowed, and dials the checked address itself, so no second lookup (DNS rebinding) can
+change the target. TLS still uses the host name for SNI and certificate checks, because
+httpcore passes the URL's host to `start_tls`. Streams also obey a per-fetch total deadline
+(`deadline_scope`), so a drip-feeding server cannot outlive it.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import brotli
+import httpcore
+import httpx
+
+from worker.fetch.guard import IPAddress, Network, check_addresses, parse_host_literal
+from worker.fetch.guard import Verdict as _Verdict
+
+Resolver = Callable[[str, int], list[str]]
+
+#: Threads for DNS lookups (a lookup that hangs holds one until the system resolver gives up).
+_RESOLVER_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="egress-dns")
+
+_deadline: ContextVar[float | None] = ContextVar("fetch_deadline", default=None)
+
+
+class EgressBlocked(Exception):
+    """A connection the guard refused; it was never dialled."""
+
+
+class ResolutionFailed(Exception):
+    """The host name did not resolve."""
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    """Resolve with getaddrinfo (TCP), de-duplicated, in the resolver's order."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ResolutionFailed(f"{host}: {exc}") from exc
+    seen: dict[str, None] = {}
+    for info in infos:
+        seen.setdefault(str(info[4][0]), None)
+    return list(seen)
+
+
+@contextmanager
+def deadline_scope(seconds: float) -> Iterator[float]:
+    """Bound every socket operation inside the block to finish within `seconds` from now."""
+    deadline = time.monotonic() + seconds
+    token = _deadline.set(deadline)
+    try:
+        yield deadline
+    finally:
+        _deadline.reset(token)
+
+
+def remaining_seconds() -> float | None:
+    """Seconds left before the current deadline (None outside any scope)."""
+    deadline = _deadline.get()
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def _bounded(timeout: float | None, exc: type[Exception]) -> float | None:
+    """`timeout` clamped to the current deadline; raise `exc` when the deadline has passed."""
+    left = remaining_seconds()
+    if left is None:
+        return timeout
+    if left <= 0:
+        raise exc("total fetch deadline exceeded")
+    return left if timeout is None else min(timeout, left)
+
+
+class DeadlineStream(httpcore.NetworkStream):
+    """A network stream whose every operation is cut at the fetch's total deadline."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _bounded(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _bounded(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        bounded = _bounded(timeout, httpcore.ConnectTimeout)
+        return DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, bounded))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class GuardedBackend(httpcore.NetworkBackend):
+    """Resolve once, check every address, dial only checked addresses (never a name)."""
+
+    def __init__(
+        self,
+        allow_cidrs: Iterable[Network],
+        allowed_ports: Iterable[int],
+        resolver: Resolver | None = None,
+        dialer: httpcore.NetworkBackend | None = None,
+    ) -> None:
+        self.allow_cidrs = tuple(allow_cidrs)
+        self.allowed_ports = frozenset(allowed_ports)
+        self.resolver = resolver or system_resolver
+        self.dialer = dialer or httpcore.SyncBackend()
+
+    def _resolve(self, host: str, port: int, timeout: float | None) -> list[str]:
+        """Run the resolver in a helper thread so a hung DNS lookup obeys the connect bound."""
+        future = _RESOLVER_POOL.submit(self.resolver, host, port)
+        try:
+            return future.result(timeout=_bounded(timeout, httpcore.ConnectTimeout))
+        except FutureTimeout as exc:
+            raise httpcore.ConnectTimeout(f"DNS lookup of {host} timed out") from exc
+
+    def checked_addresses(self, host: str, port: int, timeout: float | None = None) -> list[str]:
+        """The addresses to dial for `host`, or EgressBlocked / ResolutionFailed."""
+        if port not in self.allowed_ports:
+            raise EgressBlocked(f"port not allowed: {port}")
+        literal = parse_host_literal(host)
+        if isinstance(literal, _Verdict):
+            raise EgressBlocked(literal.reason)
+        addresses: list[str] | list[IPAddress]
+        try:
+            addresses = [literal] if literal is not None else self._resolve(host, port, timeout)
+        except OSError as exc:
+            raise ResolutionFailed(f"{host}: {exc}") from exc
+        verdict = check_addresses(addresses, self.allow_cidrs)
+        if not verdict.allowed:
+            raise EgressBlocked(f"{host}: {verdict.reason}")
+        return [str(address) for address in addresses]
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        addresses = self.checked_addresses(host, port, timeout)
+        failure: Exception | None = None
+        for address in addresses:
+            try:
+                stream = self.dialer.connect_tcp(
+                    address,
+                    port,
+                    timeout=_bounded(timeout, httpcore.ConnectTimeout),
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                failure = exc
+                continue
+            return DeadlineStream(stream)
+        assert failure is not None
+        raise failure
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        raise EgressBlocked("unix sockets are never dialled")
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class _ResponseStream(httpx.SyncByteStream):
+    """httpcore's response body as an httpx stream."""
+
+    def __init__(self, stream: Iterable[bytes]) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._stream
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+
+class GuardedTransport(httpx.BaseTransport):
+    """An httpx transport over a pooled httpcore connection pool using `GuardedBackend`."""
+
+    def __init__(self, pool: httpcore.ConnectionPool) -> None:
+        self.pool = pool
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.SyncByteStream)
+        core_request = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        response = self.pool.handle_request(core_request)
+        assert isinstance(response.stream, Iterable)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_ResponseStream(response.stream),
+            extensions=response.extensions,
+        )
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class BodyDecoder:
+    """Undo one Content-Encoding, never producing more than the caller's room (bomb-safe)."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self._pending = b""
+        self._zlib: Any = None
+        self._brotli: Any = None
+        if encoding == "gzip":
+            self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "br":
+            self._brotli = brotli.Decompressor()
+        elif encoding not in ("identity", "deflate"):
+            raise ValueError(f"unsupported content-encoding: {encoding!r}")
+
+    def feed(self, data: bytes, room: int) -> bytes:
+        """Decode `data`; return at most `room` bytes (the rest is never produced)."""
+        if self.encoding == "identity":
+            return data[:room]
+        if self._brotli is not None:
+            out = self._brotli.process(data, output_buffer_limit=room)
+            while len(out) < room and not self._brotli.can_accept_more_data():
+                out += self._brotli.process(b"", output_buffer_limit=room - len(out))
+            return out[:room]
+        if self._zlib is None:
+            self._pending += data
+            if len(self._pending) < 2:
+                return b""
+            cmf, flg = self._pending[0], self._pending[1]
+            wrapped = cmf & 0x0F == 8 and (cmf * 256 + flg) % 31 == 0
+            self._zlib = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
+            data, self._pending = self._pending, b""
+        return self._zlib.decompress(self._zlib.unconsumed_tail + data, room)
+
+    def flush(self, room: int) -> bytes:
+        """Whatever the decoder still holds, at most `room` bytes."""
+        if self._zlib is not None and room > 0:
+            return self._zlib.decompress(self._zlib.unconsumed_tail, room)
+        return b""
+
+
+def make_decoder(content_encoding: str | None) -> BodyDecoder:
+    """A decoder for a Content-Encoding header (one coding; raises ValueError otherwise)."""
+    codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
+    codings = [c for c in codings if c != "identity"]
+    if len(codings) > 1:
+        raise ValueError(f"stacked content-encodings are not supported: {content_encoding!r}")
+    coding = codings[0] if codings else "identity"
+    return BodyDecoder({"x-gzip": "gzip"}.get(coding, coding))

@@ -1,0 +1,218 @@
+"""Classification at the edge: exceptions, HTTP statuses and media types to contract reasons.
+
+Everything the network can throw is translated here, once (`map_fetch_errors`), so the rest
+of the service only ever sees `FetchFailure` with a contract `Reason`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import ssl
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+import brotli
+import httpcore
+import httpx
+
+from worker.fetch.egress import EgressBlocked, ResolutionFailed
+from worker.fetch.types import FetchFailure
+from worker.reasons import Reason
+
+#: Retry-After used when the header is absent or unparseable, in seconds.
+DEFAULT_RETRY_AFTER_SECONDS = 60
+#: Bounds applied to any Retry-After, in seconds.
+MIN_RETRY_AFTER_SECONDS = 1
+MAX_RETRY_AFTER_SECONDS = 86_400
+
+ALLOWED_MIME_TYPES = frozenset(
+    {
+        "text/html",
+        "application/xhtml+xml",
+        "text/plain",
+        "text/vtt",
+        "application/x-subrip",
+        "application/srt",
+        "text/srt",
+    }
+)
+#: Declared types that say nothing, so the body is sniffed as if none were given.
+UNINFORMATIVE_MIME_TYPES = frozenset({"application/octet-stream", "binary/octet-stream"})
+#: Bytes inspected when sniffing a body.
+SNIFF_BYTES = 1024
+
+_BINARY_MAGIC = (
+    b"\x89PNG",
+    b"GIF8",
+    b"\xff\xd8\xff",
+    b"%PDF-",
+    b"PK\x03\x04",
+    b"PK\x05\x06",
+    b"\x1f\x8b",
+    b"BZh",
+    b"\xfd7zXZ\x00",
+    b"7z\xbc\xaf",
+    b"Rar!",
+    b"\x7fELF",
+    b"MZ",
+    b"\x00asm",
+    b"RIFF",
+    b"OggS",
+    b"ID3",
+    b"fLaC",
+    b"\x1a\x45\xdf\xa3",
+    b"wOFF",
+    b"wOF2",
+    b"\xca\xfe\xba\xbe",
+)
+_BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
+_HTML_START = re.compile(
+    rb"^\s*<(?:!doctype\s+html|html|head|body|!--|meta|title|p|div)[\s>]", re.I
+)
+_SRT_START = re.compile(rb"^\s*\d+\r?\n\d{1,2}:\d{2}:\d{2}[,.]\d{3}\s*-->")
+_MP4_BOX = re.compile(rb"^....ftyp", re.S)
+
+
+@dataclass
+class Trail:
+    """Where a fetch got to, for `source_url` of failures."""
+
+    responded_url: str | None = None
+
+
+@contextmanager
+def map_fetch_errors(trail: Trail) -> Iterator[None]:
+    """Translate network, TLS, protocol and decoding errors into `FetchFailure` (once)."""
+    try:
+        yield
+    except FetchFailure as failure:
+        if failure.source_url is None:
+            failure.source_url = trail.responded_url
+        raise
+    except EgressBlocked as exc:
+        raise FetchFailure(Reason.UNSAFE_URL, str(exc), trail.responded_url) from exc
+    except ResolutionFailed as exc:
+        raise FetchFailure(Reason.EGRESS_UNAVAILABLE, f"DNS: {exc}", trail.responded_url) from exc
+    except (httpcore.TimeoutException, httpx.TimeoutException) as exc:
+        detail = str(exc) or type(exc).__name__
+        raise FetchFailure(Reason.TIMEOUT, detail, trail.responded_url) from exc
+    except (httpcore.ConnectError, httpx.ConnectError, ssl.SSLError) as exc:
+        detail = f"connect/TLS: {exc or type(exc).__name__}"
+        raise FetchFailure(Reason.EGRESS_UNAVAILABLE, detail, trail.responded_url) from exc
+    except (httpcore.ProtocolError, httpcore.NetworkError, httpx.TransportError) as exc:
+        detail = f"{type(exc).__name__}: {exc}"
+        raise FetchFailure(Reason.UNAVAILABLE, detail, trail.responded_url) from exc
+    except (zlib.error, brotli.error) as exc:
+        detail = f"corrupt content-encoding: {exc}"
+        raise FetchFailure(Reason.UNAVAILABLE, detail, trail.responded_url) from exc
+    except httpx.InvalidURL as exc:
+        raise FetchFailure(Reason.UNSAFE_URL, str(exc), trail.responded_url) from exc
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> int:
+    """Seconds to wait from a Retry-After value (delta or HTTP-date), clamped; default 60."""
+    text = (value or "").strip()
+    seconds: float | None = None
+    if text.isdigit() and text.isascii():
+        seconds = int(text[:12])
+    elif text:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            when = None
+        if when is not None:
+            when = when if when.tzinfo else when.replace(tzinfo=UTC)
+            seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    if seconds is None:
+        return DEFAULT_RETRY_AFTER_SECONDS
+    return int(min(max(seconds, MIN_RETRY_AFTER_SECONDS), MAX_RETRY_AFTER_SECONDS))
+
+
+def status_failure(status: int, url: str, retry_after: str | None = None) -> FetchFailure | None:
+    """The failure a final (non-redirect) status means, or None for 2xx."""
+    if 200 <= status < 300:
+        return None
+    detail = f"HTTP {status}"
+    if status in (401, 403):
+        return FetchFailure(Reason.ACCESS_DENIED, detail, url)
+    if status in (404, 410):
+        return FetchFailure(Reason.NOT_FOUND, detail, url)
+    if status == 429:
+        seconds = parse_retry_after(retry_after)
+        return FetchFailure(Reason.RATE_LIMITED, detail, url, retry_after_seconds=seconds)
+    return FetchFailure(Reason.UNAVAILABLE, detail, url)
+
+
+def parse_content_type(value: str | None) -> tuple[str | None, str | None]:
+    """Media type (lower case) and charset (validated codec name) of a Content-Type header."""
+    if not value:
+        return None, None
+    mime, *params = value.split(";")
+    charset: str | None = None
+    for param in params:
+        name, _, raw = param.partition("=")
+        if name.strip().lower() == "charset":
+            charset = normalise_charset(raw.strip().strip("\"'"))
+    return mime.strip().lower() or None, charset
+
+
+def normalise_charset(name: str | None) -> str | None:
+    """A Python text codec name for `name`, or None if unknown or unsafe (UTF-7)."""
+    if not name or len(name) > 40:
+        return None
+    try:
+        info = codecs.lookup(name)
+    except LookupError:
+        return None
+    if not getattr(info, "_is_text_encoding", True) or info.name in ("utf-7", "utf_7"):
+        return None
+    return info.name
+
+
+def looks_binary(body: bytes) -> bool:
+    """True for bodies that are plainly not text: known magic numbers, or NUL bytes."""
+    head = body[:SNIFF_BYTES]
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return False
+    return head.startswith(_BINARY_MAGIC) or bool(_MP4_BOX.match(head)) or b"\x00" in head
+
+
+def sniff_text_type(body: bytes, path: str) -> str | None:
+    """Guess a type for an undeclared body: WebVTT, SRT, HTML, plain text, else None."""
+    head = body[:SNIFF_BYTES]
+    for bom in _BOMS[:1]:
+        head = head.removeprefix(bom)
+    lowered = path.lower().split("?")[0]
+    if head.lstrip().startswith(b"WEBVTT") or lowered.endswith(".vtt"):
+        return "text/vtt"
+    if _SRT_START.match(head) or lowered.endswith(".srt"):
+        return "application/x-subrip"
+    if _HTML_START.match(head):
+        return "text/html"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:
+            return None
+    return "text/plain"
+
+
+def media_type(declared: str | None, body: bytes, path: str) -> str:
+    """The checked media type of a body, or FetchFailure(unsupported_media)."""
+    if declared is not None and declared not in UNINFORMATIVE_MIME_TYPES:
+        if declared not in ALLOWED_MIME_TYPES:
+            raise FetchFailure(Reason.UNSUPPORTED_MEDIA, f"content type {declared}")
+        if looks_binary(body):
+            raise FetchFailure(Reason.UNSUPPORTED_MEDIA, f"binary body served as {declared}")
+        return declared
+    if looks_binary(body):
+        raise FetchFailure(Reason.UNSUPPORTED_MEDIA, "undeclared binary body")
+    sniffed = sniff_text_type(body, path)
+    if sniffed is None:
+        raise FetchFailure(Reason.UNSUPPORTED_MEDIA, "undeclared body is not text")
+    return sniffed

@@ -1,0 +1,280 @@
+"""The bounded, guarded fetcher: one per worker process, reused across retrievals.
+
+`Fetcher.fetch(url)` returns a bounded `FetchedResponse` or raises `FetchFailure` with a
+contract reason. Every hop (redirects and robots.txt included) passes `fetch_guard`, every
+connection goes through `egress.GuardedBackend`, and errors are translated once, by
+`errors.map_fetch_errors`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urljoin
+
+import certifi
+import httpcore
+import httpx
+
+from worker.fetch import errors
+from worker.fetch.egress import (
+    GuardedBackend,
+    GuardedTransport,
+    Resolver,
+    deadline_scope,
+    make_decoder,
+    remaining_seconds,
+)
+from worker.fetch.errors import Trail, map_fetch_errors, media_type, parse_content_type
+from worker.fetch.guard import MAX_REDIRECTS, REDIRECT_STATUSES, ParsedTarget, Verdict, guard_url
+from worker.fetch.politeness import Politeness, SharedState
+from worker.fetch.robots import ROBOTS_MAX_BYTES, RobotsAnswer, RobotsPolicy
+from worker.fetch.types import FetchedResponse, FetchFailure
+from worker.reasons import Reason
+from worker.settings import Settings
+
+ALLOWED_MIME_TYPES = errors.ALLOWED_MIME_TYPES
+
+#: Response headers accepted at most (their total size is capped by h11 at 100 KiB).
+MAX_RESPONSE_HEADERS = 256
+#: Bytes read from a redirect's body before moving on (lets the connection be reused).
+REDIRECT_DRAIN_BYTES = 16 * 1024
+#: Raw (still encoded) bytes read at most, as a multiple of the decoded byte bound.
+RAW_BYTES_FACTOR = 2
+#: Pooled connections kept alive, and for how long, in seconds.
+MAX_KEEPALIVE_CONNECTIONS = 32
+KEEPALIVE_EXPIRY_SECONDS = 30.0
+
+ACCEPT = (
+    "text/html,application/xhtml+xml;q=0.9,text/vtt;q=0.9,application/x-subrip;q=0.9,"
+    "text/plain;q=0.8,*/*;q=0.1"
+)
+ACCEPT_ENCODING = "gzip, deflate, br"
+
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]{1,40})""", re.I)
+_BOM_CODECS = (
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
+    """A verifying TLS context (public roots, plus `ca_bundle` if given); never unverified."""
+    context = ssl.create_default_context(cafile=certifi.where())
+    if ca_bundle:
+        context.load_verify_locations(cafile=ca_bundle)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def decode_body(body: bytes, charset: str | None) -> str:
+    """Text of a body: BOM, then the header charset, then `<meta charset>`, then UTF-8."""
+    for bom, name in _BOM_CODECS:
+        if body.startswith(bom):
+            return body.decode(name, errors="replace")
+    encoding = errors.normalise_charset(charset)
+    if encoding is None:
+        match = _META_CHARSET.search(body[:4096])
+        encoding = errors.normalise_charset(match.group(1).decode()) if match else None
+        if encoding and encoding.startswith("utf-16"):
+            encoding = "utf-8"  # A meta tag readable as ASCII cannot be UTF-16 (WHATWG).
+    return body.decode(encoding or "utf-8", errors="replace")
+
+
+class Fetcher:
+    """One per worker process: a pooled, guarded HTTPS client with all fetch bounds."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        resolver: Resolver | None = None,
+        dialer: httpcore.NetworkBackend | None = None,
+        politeness: Politeness | None = None,
+    ) -> None:
+        self.settings = settings
+        self.backend = GuardedBackend(
+            settings.egress_allow_cidrs, settings.fetch_allowed_ports, resolver, dialer
+        )
+        ca = str(settings.ca_bundle) if settings.ca_bundle else None
+        pool = httpcore.ConnectionPool(
+            ssl_context=tls_context(ca),
+            max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
+            keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
+            http1=True,
+            http2=False,
+            network_backend=self.backend,
+        )
+        self.client = httpx.Client(
+            transport=GuardedTransport(pool),
+            timeout=httpx.Timeout(
+                settings.fetch_read_timeout_seconds,
+                connect=settings.fetch_connect_timeout_seconds,
+                pool=settings.fetch_connect_timeout_seconds,
+            ),
+            headers={
+                "User-Agent": settings.user_agent,
+                "Accept": ACCEPT,
+                "Accept-Encoding": ACCEPT_ENCODING,
+            },
+            follow_redirects=False,
+            trust_env=False,
+        )
+        state = SharedState(settings.politeness_redis_url)
+        self.politeness = politeness or Politeness(state)
+        self.robots = RobotsPolicy(self.politeness.state, settings.user_agent, self._fetch_robots)
+
+    def fetch(self, url: str) -> FetchedResponse:
+        """GET `url` within every bound; the response or a `FetchFailure`."""
+        trail = Trail()
+        with (
+            deadline_scope(self.settings.fetch_total_timeout_seconds),
+            map_fetch_errors(trail),
+            self._follow(url, trail, robots=self.settings.robots_txt) as (target, response),
+        ):
+            return self._finish(target, response)
+
+    def fetch_media(
+        self, url: str, max_bytes: int, total_seconds: float | None = None
+    ) -> FetchedResponse:
+        """GET a media file (an image) within every bound; its type is left to the caller.
+
+        The declared Content-Type is not trusted either way: `mime_type` is None, and the
+        caller checks the bytes themselves. `total_seconds` replaces the total fetch deadline
+        (the API gives image bytes a shorter one than retrievals get).
+        """
+        trail = Trail()
+        with (
+            deadline_scope(total_seconds or self.settings.fetch_total_timeout_seconds),
+            map_fetch_errors(trail),
+            self._follow(url, trail, robots=self.settings.robots_txt) as (target, response),
+        ):
+            self._raise_for_status(target, response)
+            body, truncated = self._read_body(response, max_bytes)
+            return FetchedResponse(
+                url=target.url,
+                status_code=response.status_code,
+                headers={k.lower(): v for k, v in response.headers.multi_items()},
+                body=body,
+                truncated=truncated,
+                mime_type=None,
+            )
+
+    def close(self) -> None:
+        """Close pooled connections and the Redis client."""
+        self.client.close()
+
+    # Internals.
+    def _guard(self, url: str) -> ParsedTarget:
+        target = guard_url(url, self.settings.fetch_allowed_ports, self.settings.egress_allow_cidrs)
+        if isinstance(target, Verdict):
+            raise FetchFailure(Reason.UNSAFE_URL, target.reason)
+        return target
+
+    @contextmanager
+    def _follow(
+        self, url: str, trail: Trail, *, robots: bool
+    ) -> Iterator[tuple[ParsedTarget, httpx.Response]]:
+        """Follow up to MAX_REDIRECTS redirects, each hop guarded; yield the final response."""
+        seen: set[str] = set()
+        for _hop in range(MAX_REDIRECTS + 1):
+            target = self._guard(url)
+            if target.url in seen:
+                raise FetchFailure(Reason.UNAVAILABLE, f"redirect loop at {target.url}")
+            seen.add(target.url)
+            self.politeness.check_backoff(target.origin, target.url)
+            if robots:
+                self.robots.check(target)
+            wait = max(0.0, remaining_seconds() or 0.0)
+            with (
+                self.politeness.slot(target.origin, wait),
+                self.client.stream("GET", target.url) as response,
+            ):
+                trail.responded_url = target.url
+                location = response.headers.get("location")
+                if response.status_code not in REDIRECT_STATUSES or location is None:
+                    yield target, response
+                    return
+                for _ in response.iter_raw(REDIRECT_DRAIN_BYTES):
+                    break
+            url = urljoin(target.url, location.strip())
+        raise FetchFailure(Reason.UNAVAILABLE, f"more than {MAX_REDIRECTS} redirects")
+
+    def _raise_for_status(self, target: ParsedTarget, response: httpx.Response) -> None:
+        """Raise the status's failure; a 429 also backs every worker off the origin."""
+        failure = errors.status_failure(
+            response.status_code, target.url, response.headers.get("retry-after")
+        )
+        if failure is None:
+            return
+        if failure.reason is Reason.RATE_LIMITED and failure.retry_after_seconds:
+            self.politeness.record_backoff(target.origin, failure.retry_after_seconds)
+        raise failure
+
+    def _finish(self, target: ParsedTarget, response: httpx.Response) -> FetchedResponse:
+        self._raise_for_status(target, response)
+        if len(response.headers.raw) > MAX_RESPONSE_HEADERS:
+            raise FetchFailure(Reason.UNAVAILABLE, "too many response headers", target.url)
+        declared, charset = parse_content_type(response.headers.get("content-type"))
+        if declared and declared not in ALLOWED_MIME_TYPES | errors.UNINFORMATIVE_MIME_TYPES:
+            raise FetchFailure(Reason.UNSUPPORTED_MEDIA, f"content type {declared}", target.url)
+        body, truncated = self._read_body(response, self.settings.fetch_max_bytes)
+        mime = media_type(declared, body, target.path)
+        return FetchedResponse(
+            url=target.url,
+            status_code=response.status_code,
+            headers={k.lower(): v for k, v in response.headers.multi_items()},
+            body=body,
+            truncated=truncated,
+            mime_type=mime,
+            charset=charset,
+        )
+
+    def _read_body(self, response: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
+        """Read at most `max_bytes` decoded bytes; True if there was more (or too much raw)."""
+        try:
+            decoder = make_decoder(response.headers.get("content-encoding"))
+        except ValueError as exc:
+            raise FetchFailure(Reason.UNAVAILABLE, str(exc)) from exc
+        body = bytearray()
+        raw_seen = 0
+        raw_limit = max_bytes * RAW_BYTES_FACTOR
+        for chunk in response.iter_raw():
+            raw_seen += len(chunk)
+            body += decoder.feed(chunk, max_bytes + 1 - len(body))
+            if len(body) > max_bytes or raw_seen > raw_limit:
+                return bytes(body[:max_bytes]), True
+            left = remaining_seconds()
+            if left is not None and left <= 0:
+                raise FetchFailure(Reason.TIMEOUT, "total fetch deadline exceeded while reading")
+        body += decoder.flush(max_bytes + 1 - len(body))
+        if len(body) > max_bytes:
+            return bytes(body[:max_bytes]), True
+        return bytes(body), False
+
+    def _fetch_robots(self, url: str) -> RobotsAnswer:
+        """Fetch robots.txt through the same guard and bounds (RFC 9309 status handling)."""
+        trail = Trail()
+        try:
+            with (
+                map_fetch_errors(trail),
+                self._follow(url, trail, robots=False) as (
+                    target,
+                    response,
+                ),
+            ):
+                if response.status_code == 429:
+                    self._finish(target, response)
+                body = b""
+                if 200 <= response.status_code < 300:
+                    body, _ = self._read_body(response, ROBOTS_MAX_BYTES)
+                return RobotsAnswer.from_response(response.status_code, body)
+        except FetchFailure as failure:
+            if failure.reason in (Reason.UNSAFE_URL, Reason.UNAVAILABLE):
+                return RobotsAnswer.from_response(404, b"")
+            failure.detail = f"robots.txt: {failure.detail}"
+            raise

@@ -1,0 +1,141 @@
+"""Politeness shared by all workers through Redis: per-host back-off and concurrency slots.
+
+After a 429 from a host, every worker answers `rate_limited` for that host until its
+Retry-After passes, without fetching. At most `per_host_limit` fetches of one host run at
+once across all workers. Redis trouble never fails a fetch: the layer degrades open (logs,
+then fetches anyway) and stops asking Redis for a short while.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+import structlog
+
+from worker.fetch.types import FetchFailure
+from worker.reasons import Reason
+
+log = structlog.get_logger(__name__)
+
+#: Fetches of one host allowed at once across the fleet.
+DEFAULT_PER_HOST_LIMIT = 4
+#: How long a slot survives a crashed holder, in seconds.
+DEFAULT_SLOT_LEASE_SECONDS = 120.0
+#: Poll interval while waiting for a slot, in seconds.
+SLOT_POLL_SECONDS = 0.05
+#: Retry-After given when no slot freed up in time, in seconds.
+SLOT_RETRY_AFTER_SECONDS = 5
+#: After a Redis error, Redis is left alone for this long, in seconds.
+REDIS_QUIET_SECONDS = 5.0
+#: Socket timeouts for Redis calls, in seconds (politeness must never stall a fetch).
+REDIS_TIMEOUT_SECONDS = 0.5
+
+_ACQUIRE = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[3]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+  return 1
+end
+return 0
+"""
+
+
+class SharedState:
+    """Redis access that degrades open: every call returns a fallback instead of raising."""
+
+    def __init__(self, url: str, *, prefix: str = "evidence:", client: Any = None) -> None:
+        self.prefix = prefix
+        self.client = client or redis.Redis.from_url(
+            url,
+            socket_timeout=REDIS_TIMEOUT_SECONDS,
+            socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+        )
+        self._quiet_until = 0.0
+
+    def key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    def call(self, fallback: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        """`client.method(*args)`, or `fallback` if Redis is failing (logged, then skipped)."""
+        if time.monotonic() < self._quiet_until:
+            return fallback
+        try:
+            return getattr(self.client, method)(*args, **kwargs)
+        except (redis.RedisError, OSError) as exc:
+            self._quiet_until = time.monotonic() + REDIS_QUIET_SECONDS
+            log.warning("politeness_redis_unavailable", method=method, error=str(exc))
+            return fallback
+
+
+class Politeness:
+    """Per-host back-off after 429 and a fleet-wide per-host concurrency limit."""
+
+    def __init__(
+        self,
+        state: SharedState,
+        *,
+        per_host_limit: int = DEFAULT_PER_HOST_LIMIT,
+        slot_lease_seconds: float = DEFAULT_SLOT_LEASE_SECONDS,
+    ) -> None:
+        self.state = state
+        self.per_host_limit = per_host_limit
+        self.slot_lease_ms = int(slot_lease_seconds * 1000)
+
+    def backoff_remaining(self, origin: str) -> int | None:
+        """Whole seconds left of a back-off on `origin` (None when there is none)."""
+        pttl = self.state.call(-2, "pttl", self.state.key("backoff", origin))
+        if not isinstance(pttl, int) or pttl <= 0:
+            return None
+        return max(1, math.ceil(pttl / 1000))
+
+    def check_backoff(self, origin: str, url: str) -> None:
+        """Raise rate_limited, without fetching, while `origin` is backing off."""
+        seconds = self.backoff_remaining(origin)
+        if seconds is not None:
+            raise FetchFailure(
+                Reason.RATE_LIMITED,
+                f"host is backing off after 429 ({seconds}s left)",
+                None,
+                retry_after_seconds=seconds,
+            )
+
+    def record_backoff(self, origin: str, seconds: int) -> None:
+        """Make every worker leave `origin` alone for `seconds` (never shortens a longer one)."""
+        key = self.state.key("backoff", origin)
+        current = self.backoff_remaining(origin) or 0
+        if seconds > current:
+            self.state.call(None, "set", key, str(seconds), px=seconds * 1000)
+
+    def _acquire(self, key: str, token: str) -> bool:
+        result = self.state.call(
+            True, "eval", _ACQUIRE, 1, key, token, self.per_host_limit, self.slot_lease_ms
+        )
+        return bool(result)
+
+    @contextmanager
+    def slot(self, origin: str, wait_seconds: float) -> Iterator[None]:
+        """Hold one of `origin`'s slots; wait up to `wait_seconds`, then rate_limited."""
+        key = self.state.key("slots", origin)
+        token = uuid.uuid4().hex
+        give_up = time.monotonic() + max(0.0, wait_seconds)
+        while not self._acquire(key, token):
+            if time.monotonic() >= give_up:
+                raise FetchFailure(
+                    Reason.RATE_LIMITED,
+                    f"{self.per_host_limit} fetches of this host already running",
+                    retry_after_seconds=SLOT_RETRY_AFTER_SECONDS,
+                )
+            time.sleep(SLOT_POLL_SECONDS)
+        try:
+            yield
+        finally:
+            self.state.call(None, "zrem", key, token)

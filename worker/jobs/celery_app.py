@@ -1,0 +1,111 @@
+"""The Celery app: delivery guarantees, time limits, queues, and per-task log binding.
+
+Celery + Redis delivers at least once, with holes (a lost worker's message waits for the
+visibility timeout, a Redis restart can drop the queue). The database makes it exactly-once:
+claims are fenced by attempt numbers and the sweep republishes what the broker lost. The
+settings below keep Celery's side of that bargain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from celery import Celery, signals
+
+from worker.settings import get_settings
+
+RETRIEVE_TASK = "evidence.retrieve"
+SWEEP_TASK = "evidence.sweep"
+RETRIEVE_QUEUE = "retrievals"
+SWEEP_QUEUE = "sweep"
+#: Redis re-delivers an unacked message after this; every task ends long before it.
+VISIBILITY_TIMEOUT_SECONDS = 3600
+#: How long a publish may wait on the broker before the outbox leaves the row to the sweep.
+PUBLISH_CONNECT_TIMEOUT_SECONDS = 2.0
+
+
+def make_celery() -> Celery:
+    """Build the app from the current settings."""
+    settings = get_settings()
+    app = Celery("evidence", broker=settings.broker_url, include=["worker.jobs.tasks"])
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={
+            "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
+            "socket_connect_timeout": PUBLISH_CONNECT_TIMEOUT_SECONDS,
+            "socket_timeout": 10,
+            "retry_on_timeout": True,
+            "health_check_interval": 10,
+        },
+        broker_pool_limit=10,
+        result_backend=None,
+        task_ignore_result=True,
+        task_soft_time_limit=settings.soft_time_limit,
+        task_time_limit=settings.hard_time_limit,
+        task_default_queue=RETRIEVE_QUEUE,
+        task_routes={
+            RETRIEVE_TASK: {"queue": RETRIEVE_QUEUE},
+            SWEEP_TASK: {"queue": SWEEP_QUEUE},
+        },
+        task_serializer="json",
+        accept_content=["json"],
+        # Flower learns of tasks from the workers' events; a "sent" event per POST would cost
+        # the API an extra broker round trip.
+        task_send_sent_event=False,
+        worker_send_task_events=True,
+        worker_hijack_root_logger=False,
+        beat_schedule={
+            "sweep": {
+                "task": SWEEP_TASK,
+                "schedule": settings.sweep_interval_seconds,
+                # A sweep nobody ran in time is worthless: never let them pile up.
+                "options": {"expires": max(settings.sweep_interval_seconds * 2, 2.0)},
+            }
+        },
+    )
+    return app
+
+
+app = make_celery()
+
+
+@signals.task_prerun.connect
+def _bind_task_context(task_id: str, task: Any, args: tuple[Any, ...], **_: Any) -> None:
+    structlog.contextvars.bind_contextvars(task_id=task_id, task_name=task.name)
+    if task.name == RETRIEVE_TASK and args:
+        structlog.contextvars.bind_contextvars(retrieval_id=str(args[0]))
+
+
+@signals.task_postrun.connect
+def _clear_task_context(**_: Any) -> None:
+    """Clear so nothing leaks into the next task on this worker."""
+    structlog.contextvars.clear_contextvars()
+
+
+@signals.worker_init.connect
+def _preload_pipeline(**_: Any) -> None:
+    """Import the content pipeline (trafilatura and what it pulls in) before the pool forks.
+
+    Imported lazily inside the first task instead, a task cancelled during that import (Celery
+    cancels running tasks when the broker connection drops) left a half-initialised module
+    behind (`urllib3` without `util`), and every later task of that child failed on it until
+    its retrievals ran out of attempts. Imported here, no task can interrupt it, and the
+    children share the parent's copy.
+    """
+    import worker.content.assets  # noqa: F401
+
+
+@signals.worker_process_init.connect
+def _after_fork(**_: Any) -> None:
+    """A forked child must not share the parent's database connections or HTTP pool."""
+    from worker.jobs import runner
+    from worker.store import db
+
+    db.skip_pre_ping()  # also forgets the parent's engine
+    runner.reset_fetcher()

@@ -1,0 +1,75 @@
+"""The sweep: no retrieval is left pending or running forever.
+
+Run by Celery beat every `EVIDENCE_SWEEP_INTERVAL_SECONDS`. In order: (1) expire what passed
+`valid_until`; (2) rescue running rows whose lease ran out (back to pending while attempts
+remain, else unconfirmed); (3) publish pending rows the broker never got or presumably lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import structlog
+
+from worker import clock
+from worker.jobs import outbox
+from worker.settings import get_settings
+from worker.store import db, retrievals
+
+log = structlog.get_logger(__name__)
+
+#: Most rows one sweep publishes; the next sweep takes the rest.
+PUBLISH_BATCH = 500
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one sweep did."""
+
+    expired: int
+    repended: int
+    unconfirmed: int
+    published: int
+
+
+def publish_limit(stale: int, queued: int | None) -> int:
+    """How many stale pending rows to publish again, given the broker's queue length.
+
+    Messages still queued will be delivered: republishing them only adds no-op duplicates, so a
+    long backlog is not copied every sweep. After a broker restart the queue is empty and every
+    stale row is published. With the broker unreachable, nothing is tried.
+    """
+    if queued is None:
+        return 0
+    return max(0, stale - queued)
+
+
+def run_sweep(now: datetime | None = None) -> SweepReport:
+    """One pass of the sweep (each step in its own short transaction)."""
+    settings = get_settings()
+    now = now or clock.now()
+    expired = db.with_transient_retry(lambda s: retrievals.expire_due(s, now))
+    repended, unconfirmed = db.with_transient_retry(
+        lambda s: retrievals.rescue_lost(s, now, settings.max_attempts)
+    )
+    published = _publish_due(now, timedelta(seconds=settings.republish_after_seconds))
+    report = SweepReport(expired, repended, unconfirmed, published)
+    if any((expired, repended, unconfirmed, published)):
+        log.info("sweep", **report.__dict__)
+    return report
+
+
+def _publish_due(now: datetime, republish_after: timedelta) -> int:
+    with db.session_scope() as session:
+        due = retrievals.due_for_publish(session, now, republish_after, PUBLISH_BATCH)
+        if not due:
+            return 0
+        queued = outbox.queue_length()
+        if queued is None:
+            return 0  # the broker is down: try again next sweep
+        never_published = retrievals.count_unpublished(session, due)
+        limit = never_published + publish_limit(len(due) - never_published, queued)
+        sent = outbox.publish(due[:limit])
+        retrievals.mark_published(session, sent, clock.now())
+        return len(sent)

@@ -1,0 +1,21 @@
+"""Celery tasks: thin wrappers that unpack ids and call plain functions."""
+
+from __future__ import annotations
+
+import uuid
+
+from worker.jobs.celery_app import RETRIEVE_TASK, SWEEP_TASK, app
+from worker.jobs.runner import run_retrieval
+from worker.jobs.sweep import run_sweep
+
+
+@app.task(name=RETRIEVE_TASK)
+def retrieve(retrieval_id: str) -> str:
+    """Claim, fetch, extract and settle one retrieval."""
+    return run_retrieval(uuid.UUID(retrieval_id))
+
+
+@app.task(name=SWEEP_TASK, soft_time_limit=60, time_limit=90)
+def sweep() -> dict[str, int]:
+    """Expire, rescue and republish (see `worker.jobs.sweep`)."""
+    return run_sweep().__dict__

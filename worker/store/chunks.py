@@ -1,0 +1,90 @@
+"""Passages of evidence revisions: recorded with the revision, searched with full-text search."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from worker.content.chunking import chunk_id, split_revision
+from worker.store import fulltext, reports
+from worker.store.read_models import EvidenceChunk
+
+TABLE: sa.Table = EvidenceChunk.__table__  # type: ignore[attr-defined]
+C = TABLE.c
+_INSERT_CHUNK = sa.insert(TABLE)
+#: Hits returned at most per search.
+MAX_LIMIT = 50
+
+
+def record_chunks(
+    session: Session,
+    workspace_id: uuid.UUID,
+    evidence_id: uuid.UUID,
+    revision: int,
+    language: str | None,
+    text: str,
+    segments: Sequence[dict[str, Any]],
+) -> int:
+    """Split a new revision into passages and store them; return how many."""
+    passages = split_revision(text, segments)
+    config = fulltext.ts_config(language)
+    if passages:
+        session.execute(
+            _INSERT_CHUNK,
+            [
+                {
+                    "chunk_id": chunk_id(evidence_id, revision, p.ordinal),
+                    "workspace_id": workspace_id,
+                    "evidence_id": evidence_id,
+                    "revision": revision,
+                    "ordinal": p.ordinal,
+                    "text": p.text,
+                    "start_ms": p.start_ms,
+                    "end_ms": p.end_ms,
+                    "ts_config": config,
+                }
+                for p in passages
+            ],
+        )
+    return len(passages)
+
+
+def _hit(row: Any, score: float) -> dict[str, Any]:
+    return {**reports.report_fields(row, score), "text": row.text, "chunk_id": row.chunk_id}
+
+
+def search_chunks(
+    session: Session,
+    workspace_id: uuid.UUID,
+    query: str,
+    *,
+    kind: str | None = None,
+    language: str | None = None,
+    limit: int = 10,
+) -> list[dict[str, Any]]:
+    """Passages of the workspace's latest revisions that match `query`, best first."""
+    base = reports.with_report(sa.select(C.chunk_id, C.text), TABLE)
+    base = reports.filter_evidence(base, TABLE, kind=kind, language=language)
+    base = base.where(C.workspace_id == workspace_id)
+    configs = session.execute(
+        sa.select(C.ts_config).where(C.workspace_id == workspace_id).distinct()
+    ).scalars()
+    found = fulltext.ranked(session, base, TABLE, query, configs)
+    if found is None:
+        return []
+    stmt, score = found
+    rows = session.execute(
+        stmt.add_columns(score).order_by(score.desc(), C.seq).limit(min(limit, MAX_LIMIT))
+    )
+    return [_hit(row, row.score) for row in rows]
+
+
+def get_chunk(session: Session, chunk_id_: str) -> tuple[uuid.UUID, dict[str, Any]] | None:
+    """(workspace_id, chunk) for an id, with score 0.0; None when unknown."""
+    stmt = reports.with_report(sa.select(C.workspace_id, C.chunk_id, C.text), TABLE)
+    row = session.execute(stmt.where(C.chunk_id == chunk_id_)).one_or_none()
+    return None if row is None else (row.workspace_id, _hit(row, 0.0))

@@ -1,0 +1,173 @@
+"""Evidence items and their immutable revisions.
+
+An evidence item is a source as the service knows it: (workspace, kind, normalised final URL,
+declared language). A retrieval with content records a new revision only when the content
+fingerprint changed; unchanged content confirms the latest revision.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from worker.store.models import Evidence, EvidenceRevision
+
+if TYPE_CHECKING:
+    from worker.content.images import ImageRef
+
+E = Evidence.__table__.c  # type: ignore[attr-defined]
+R = EvidenceRevision.__table__.c  # type: ignore[attr-defined]
+
+DEFAULT_PORTS = {"https": 443, "http": 80}
+
+
+def normalise_url(url: str) -> str:
+    """Canonical form for identity: lower-case scheme and host, no default port or fragment."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port
+    netloc = host if port in (None, DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
+    return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
+
+
+def fingerprint(result: dict[str, Any]) -> str:
+    """SHA-256 of the content a revision holds (not of when or how it was fetched)."""
+    content = {
+        "text": result["text"],
+        "title": result["title"],
+        "description": result["description"],
+        "segments": result["segments"],
+    }
+    canonical = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+EVIDENCE: sa.Table = Evidence.__table__  # type: ignore[attr-defined]
+REVISION: sa.Table = EvidenceRevision.__table__  # type: ignore[attr-defined]
+_ITEM_KEY = ["workspace_id", "kind", "url_key", "language"]
+
+
+@functools.cache
+def _upsert_item(dialect: str) -> sa.Insert:
+    """INSERT the item, or lock the existing one (a no-op DO UPDATE), returning it either way.
+
+    The row lock makes concurrent writers of one item number revisions one at a time.
+    """
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(EVIDENCE).values(
+        id=sa.bindparam("b_id"),
+        workspace_id=sa.bindparam("b_workspace_id"),
+        kind=sa.bindparam("b_kind"),
+        url_key=sa.bindparam("b_url_key"),
+        language=sa.bindparam("b_language"),
+        latest_revision=0,
+        created_at=sa.bindparam("b_now"),
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=_ITEM_KEY, set_={"latest_revision": E.latest_revision}
+    )
+    return stmt.returning(E.id, E.latest_revision)
+
+
+_FIND_REVISION = sa.select(R.revision).where(
+    R.evidence_id == sa.bindparam("b_evidence_id"), R.content_sha256 == sa.bindparam("b_sha")
+)
+_INSERT_REVISION = sa.insert(REVISION)
+_SET_LATEST = (
+    sa.update(EVIDENCE)
+    .where(E.id == sa.bindparam("b_evidence_id"))
+    .values(latest_revision=sa.bindparam("b_revision"))
+)
+
+
+def record(
+    session: Session,
+    workspace_id: uuid.UUID,
+    kind: str,
+    requested_url: str,
+    result: dict[str, Any],
+    now: datetime,
+    images: Sequence[ImageRef] = (),
+) -> tuple[uuid.UUID, int]:
+    """Upsert the evidence item for `result` and return (evidence_id, revision) it names.
+
+    A new revision is split into passages and its page's `images` recorded (read side).
+    """
+    provenance = result["provenance"]
+    url_key = normalise_url(provenance["source_url"] or requested_url)
+    language = (provenance["language"] or "").lower()
+    dialect = session.bind.dialect.name  # type: ignore[union-attr]
+    item = session.execute(
+        _upsert_item(dialect),
+        {
+            "b_id": uuid.uuid4(),
+            "b_workspace_id": workspace_id,
+            "b_kind": kind,
+            "b_url_key": url_key,
+            "b_language": language,
+            "b_now": now,
+        },
+    ).one()
+    digest = fingerprint(result)
+    if item.latest_revision:  # an item without revisions was created just now
+        existing = session.execute(
+            _FIND_REVISION, {"b_evidence_id": item.id, "b_sha": digest}
+        ).scalar_one_or_none()
+        if existing is not None:
+            return item.id, int(existing)
+    revision = item.latest_revision + 1
+    session.execute(
+        _INSERT_REVISION,
+        {
+            "evidence_id": item.id,
+            "revision": revision,
+            "content_sha256": digest,
+            "text": result["text"],
+            "title": result["title"],
+            "description": result["description"],
+            "segments": result["segments"],
+            "provenance": provenance,
+            "created_at": now,
+        },
+    )
+    session.execute(_SET_LATEST, {"b_evidence_id": item.id, "b_revision": revision})
+    from worker.store.read_index import index_revision
+
+    index_revision(session, workspace_id, item.id, revision, result, images)
+    return item.id, revision
+
+
+def get_evidence(session: Session, evidence_id: uuid.UUID) -> Evidence | None:
+    return session.get(Evidence, evidence_id)
+
+
+def get_revision(
+    session: Session, evidence_id: uuid.UUID, revision: int | None
+) -> EvidenceRevision | None:
+    """One revision (the latest when `revision` is None)."""
+    stmt = sa.select(EvidenceRevision).where(R.evidence_id == evidence_id)
+    stmt = stmt.where(R.revision == revision) if revision else stmt.order_by(R.revision.desc())
+    return session.execute(stmt.limit(1)).scalar_one_or_none()
+
+
+def list_revisions(session: Session, evidence_id: uuid.UUID) -> list[tuple[int, str, datetime]]:
+    """(revision, content_sha256, created_at) for every revision, oldest first."""
+    rows = session.execute(
+        sa.select(R.revision, R.content_sha256, R.created_at)
+        .where(R.evidence_id == evidence_id)
+        .order_by(R.revision)
+    )
+    return [(r.revision, r.content_sha256, r.created_at) for r in rows]

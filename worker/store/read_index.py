@@ -1,0 +1,30 @@
+"""Index a new evidence revision for the read side, in the transaction that records it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from worker.content.images import ImageRef
+from worker.store import chunks, reports
+from worker.store import images as image_store
+
+
+def index_revision(
+    session: Session,
+    workspace_id: uuid.UUID,
+    evidence_id: uuid.UUID,
+    revision: int,
+    result: dict[str, Any],
+    images: Sequence[ImageRef] = (),
+) -> None:
+    """Give the item its report id, and store the revision's passages and images."""
+    reports.ensure_report(session, evidence_id)
+    language = result["provenance"].get("language")
+    chunks.record_chunks(
+        session, workspace_id, evidence_id, revision, language, result["text"], result["segments"]
+    )
+    image_store.record_images(session, workspace_id, evidence_id, revision, language, images)
