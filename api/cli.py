@@ -39,11 +39,11 @@ def api(
     workers: Annotated[int, typer.Option(help="Uvicorn worker processes.")] = 1,
 ) -> None:
     """Serve the HTTP API."""
-    import uvicorn
+    from api.http import serving
 
     _configure_logging()
     os.environ["EVIDENCE_API_WORKERS"] = str(workers)  # read by each process (poll advice)
-    uvicorn.run(
+    serving.run(
         "api.http.app:served_app",
         factory=True,  # called in every worker process: configures its logging, then serves
         host=host,

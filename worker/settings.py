@@ -66,6 +66,27 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = True
 
+    # What the API and the MCP HTTP server accept (docs/security.md, "Limits and availability").
+    #: Largest request body, in bytes. The default fits the largest legitimate body, a brief
+    #: revision at every length limit in non-ASCII text JSON-escaped (7 855 762 bytes).
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    #: Open connections plus running requests past which new requests are answered 503.
+    http_limit_concurrency: int = Field(default=1000, ge=1)
+    #: Seconds a connection may take to send a request's line and headers.
+    http_header_timeout_seconds: float = Field(default=10.0, gt=0)
+    #: Seconds a request may take to send its whole body once its headers are in.
+    http_body_timeout_seconds: float = Field(default=60.0, gt=0)
+    #: Seconds an idle keep-alive connection is kept open.
+    http_keepalive_seconds: int = Field(default=5, ge=1)
+    #: Largest request line plus headers, in bytes.
+    http_max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    #: Image-byte fetches (`images/get` with include_bytes) at once, per API key and per process.
+    image_fetch_per_key: int = Field(default=4, ge=1)
+    #: Image-byte fetches at once per process, all keys together.
+    image_fetch_concurrency: int = Field(default=16, ge=1)
+    #: Total seconds one image-byte fetch may take (connect, redirects, body).
+    image_fetch_timeout_seconds: float = Field(default=10.0, gt=0)
+
     # MCP server (`evidence mcp`).
     #: How long a retrieve tool call waits for its retrieval to settle before answering.
     mcp_wait_seconds: float = Field(default=20.0, ge=0, le=300)

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from api import errors
 from api.http import metrics
+from api.http.body_limit import BodyLimit
 from api.http.middleware import RequestMetrics
 from api.http.routes import briefs, chunks, evidence, health, images, retrievals
 from api.services import retrievals as retrieval_service
@@ -42,6 +43,8 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
+    # Added first, so it runs inside the request metrics: refused bodies are counted too.
+    app.add_middleware(BodyLimit)
     app.add_middleware(RequestMetrics)
     app.include_router(health.router)
     app.include_router(retrievals.router)

@@ -28,7 +28,7 @@ from api.read_schemas import (
     ImageSearchRequest,
 )
 from api.schemas import UuidText
-from api.services import read
+from api.services import image_fetch, read
 from worker.store import db
 
 #: Annotations of a tool that only reads this service's own records.
@@ -150,10 +150,10 @@ async def image_search(principal: Principal, request: ImageSearchRequest) -> dic
 async def get_image(principal: Principal, request: ImageGetRequest) -> dict[str, Any]:
     """As `POST /research-api/images/get`; bytes that cannot be had are upstream_unavailable."""
     try:
-        return await _answer(read.get_image, principal, request)
+        return await image_fetch.get_image(principal, request)
     except ApiError as exc:
         if exc.code == "upstream_unavailable":
-            retry = read.IMAGE_RETRY_AFTER_SECONDS
+            retry = image_fetch.retry_after(exc)
             exc.details = {**(exc.details or {}), "retry_after_seconds": retry}
         raise
 

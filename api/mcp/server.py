@@ -24,10 +24,12 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import Principal, authenticate
 from api.errors import ApiError, envelope
+from api.http.body_limit import BodyLimit
 from api.mcp import read_tools  # noqa: F401  (registers the read-side tools)
 from api.mcp.tools import REGISTRY, ToolSpec, parse_arguments
 from worker.settings import get_settings
@@ -165,13 +167,47 @@ def run_stdio() -> None:
     anyio.run(serve)
 
 
-def http_app(host: str = "127.0.0.1") -> Starlette:
-    """The streamable HTTP app (endpoint `/mcp`), each call authenticated by its Bearer key."""
-    return build_server(http_credentials).streamable_http_app(host=host)
+def http_app(host: str = "127.0.0.1") -> ASGIApp:
+    """The streamable HTTP app (endpoint `/mcp`), each call authenticated by its Bearer key.
+
+    Stateless: no session outlives its request. `initialize` needs no key, and the SDK kept
+    every session it opened (up to 10 000, for 30 minutes): keyless clients could fill the table
+    and leave keyed ones with 503 "Too many open sessions". Every call authenticates itself
+    anyway and no tool sends requests back to the client, so sessions held nothing we need.
+    Bodies are bounded as the API bounds them (EVIDENCE_MAX_BODY_BYTES).
+    """
+    limit = get_settings().max_body_bytes
+    app = build_server(http_credentials).streamable_http_app(
+        host=host, stateless_http=True, max_request_body_size=limit
+    )
+    return BodyLimit(NoStandaloneStream(app))
+
+
+class NoStandaloneStream:
+    """Answer `GET /mcp` with 405, as the transport allows for a server that offers no stream.
+
+    Stateless, the SDK would open a server-to-client event stream for any GET, keyless too, on
+    which nothing is ever sent, and hold its connection for as long as the client likes.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            body = {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": types.INVALID_REQUEST, "message": "Method Not Allowed"},
+            }
+            response = JSONResponse(body, status_code=405, headers={"Allow": "POST"})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def run_http(host: str, port: int) -> None:
     """Serve MCP over streamable HTTP at http://HOST:PORT/mcp."""
-    import uvicorn
+    from api.http import serving
 
-    uvicorn.run(http_app(host), host=host, port=port, log_level="warning")
+    serving.run(http_app(host), host=host, port=port, log_level="warning")

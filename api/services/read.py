@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from api.auth import Principal
-from api.errors import ApiError, invalid_input, not_found
+from api.errors import invalid_input, not_found
 from api.read_schemas import (
     BriefArchiveRequest,
     BriefCreateRequest,
@@ -25,13 +25,9 @@ from api.read_schemas import (
     ImageSearchRequest,
 )
 from worker import clock
-from worker.fetch.image_bytes import ImageUnavailable, fetch_image
 from worker.store import briefs, db
 from worker.store import chunks as chunk_store
 from worker.store import images as image_store
-
-#: Retry-After (seconds) when an image's bytes could not be fetched.
-IMAGE_RETRY_AFTER_SECONDS = 30
 
 
 def search_chunks(
@@ -74,31 +70,22 @@ def search_images(
     return {"result": {"images": images}}
 
 
-def _image_fetcher() -> Any:
-    from worker.jobs.runner import get_fetcher
-
-    return get_fetcher()
-
-
-def get_image(session: Session, principal: Principal, request: ImageGetRequest) -> dict[str, Any]:
-    """research_get_image: one image by id, with its checked bytes when asked for."""
+def find_image(
+    session: Session, principal: Principal, request: ImageGetRequest
+) -> dict[str, Any] | None:
+    """research_get_image's lookup: the image, or None for an id this key cannot see."""
     principal.require(None)
     found = image_store.get_image(session, request.image_id)
     if found is None or not principal.can_read(found[0]):
+        return None
+    return found[1]
+
+
+def image_payload(image: dict[str, Any] | None, body: bytes | None = None) -> dict[str, Any]:
+    """research_get_image's answer: the image (or a null miss), with its bytes when fetched."""
+    if image is None:
         return {"result": {"image": None, "bytes_base64": None, "format": None}}
-    image = found[1]
-    encoded = None
-    if request.include_bytes:
-        try:
-            body, image["format"] = fetch_image(_image_fetcher(), image["url"])
-        except ImageUnavailable as exc:
-            raise ApiError(
-                503,
-                "upstream_unavailable",
-                "the image could not be fetched as png, jpeg or webp",
-                details={"reason": exc.reason},
-            ) from None
-        encoded = base64.b64encode(body).decode("ascii")
+    encoded = base64.b64encode(body).decode("ascii") if body is not None else None
     return {"result": {"image": image, "bytes_base64": encoded, "format": image["format"]}}
 
 

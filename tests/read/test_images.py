@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
 
+from api.errors import ApiError
+from api.services.image_fetch import KeySlots
 from worker.content.images import extract_images, images_from_tree, split_credit
 from worker.content.markup import parse_html
 from worker.fetch.image_bytes import ImageUnavailable, fetch_image, sniff_image
@@ -44,7 +47,9 @@ class FakeFetcher:
     def __init__(self, outcome: FetchedResponse | FetchFailure) -> None:
         self.outcome = outcome
 
-    def fetch_media(self, url: str, max_bytes: int) -> FetchedResponse:
+    def fetch_media(
+        self, url: str, max_bytes: int, total_seconds: float | None = None
+    ) -> FetchedResponse:
         if isinstance(self.outcome, FetchFailure):
             raise self.outcome
         return self.outcome
@@ -147,3 +152,29 @@ class TestImageBytes:
         with pytest.raises(ImageUnavailable) as raised:
             fetch_image(FakeFetcher(outcome), "https://cdn.test/x.png")  # type: ignore[arg-type]
         assert raised.value.reason == reason
+
+
+class TestKeySlots:
+    """At most `limit` image fetches per key at once; one more is refused at once."""
+
+    def test_per_key_bound(self) -> None:
+        """A key's third fetch of two is refused with 429; other keys are unaffected."""
+        slots = KeySlots()
+        a, b = uuid.uuid4(), uuid.uuid4()
+        with slots.hold(a, 2, 10), slots.hold(a, 2, 10):
+            with pytest.raises(ApiError) as refused, slots.hold(a, 2, 10):
+                pass
+            assert (refused.value.status, refused.value.code) == (429, "upstream_unavailable")
+            assert refused.value.details == {"reason": "rate_limited", "retry_after_seconds": 10}
+            with slots.hold(b, 2, 10):
+                assert (slots.running(a), slots.running(b)) == (2, 1)
+        assert (slots.running(a), slots.running(b)) == (0, 0)
+
+    def test_slot_is_given_back_on_failure(self) -> None:
+        """A fetch that fails still gives its slot back."""
+        slots = KeySlots()
+        key = uuid.uuid4()
+        with pytest.raises(ImageUnavailable), slots.hold(key, 1, 10):
+            raise ImageUnavailable("timeout")
+        with slots.hold(key, 1, 10):
+            assert slots.running(key) == 1

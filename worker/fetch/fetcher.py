@@ -138,15 +138,18 @@ class Fetcher:
         ):
             return self._finish(target, response)
 
-    def fetch_media(self, url: str, max_bytes: int) -> FetchedResponse:
+    def fetch_media(
+        self, url: str, max_bytes: int, total_seconds: float | None = None
+    ) -> FetchedResponse:
         """GET a media file (an image) within every bound; its type is left to the caller.
 
         The declared Content-Type is not trusted either way: `mime_type` is None, and the
-        caller checks the bytes themselves.
+        caller checks the bytes themselves. `total_seconds` replaces the total fetch deadline
+        (the API gives image bytes a shorter one than retrievals get).
         """
         trail = Trail()
         with (
-            deadline_scope(self.settings.fetch_total_timeout_seconds),
+            deadline_scope(total_seconds or self.settings.fetch_total_timeout_seconds),
             map_fetch_errors(trail),
             self._follow(url, trail, robots=self.settings.robots_txt) as (target, response),
         ):

@@ -13,7 +13,9 @@ MAX_IMAGE_BYTES = 5 * 1024 * 1024
 class MediaFetcher(Protocol):
     """What fetching an image needs from a fetcher."""
 
-    def fetch_media(self, url: str, max_bytes: int) -> FetchedResponse: ...
+    def fetch_media(
+        self, url: str, max_bytes: int, total_seconds: float | None = None
+    ) -> FetchedResponse: ...
 
 
 class ImageUnavailable(Exception):
@@ -36,11 +38,14 @@ def sniff_image(body: bytes) -> str | None:
 
 
 def fetch_image(
-    fetcher: MediaFetcher, url: str, max_bytes: int = MAX_IMAGE_BYTES
+    fetcher: MediaFetcher,
+    url: str,
+    max_bytes: int = MAX_IMAGE_BYTES,
+    total_seconds: float | None = None,
 ) -> tuple[bytes, str]:
     """(bytes, format) of a png, jpeg or webp image, or ImageUnavailable."""
     try:
-        response = fetcher.fetch_media(url, max_bytes)
+        response = fetcher.fetch_media(url, max_bytes, total_seconds)
     except FetchFailure as failure:
         raise ImageUnavailable(failure.reason.value) from None
     if response.truncated:

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from api.errors import ApiError, error_response
 from api.http.deps import PrincipalDep, SessionDep
 from api.read_schemas import ImageGetRequest, ImageSearchRequest
-from api.services import read
+from api.services import image_fetch, read
 
 router = APIRouter(prefix="/research-api/images", tags=["read"])
 
@@ -22,15 +22,18 @@ def search(
 
 
 @router.post("/get", response_model=None)
-def get(
-    body: ImageGetRequest, principal: PrincipalDep, session: SessionDep
-) -> dict[str, Any] | JSONResponse:
-    """One image by id, with its bytes (base64) when include_bytes is true."""
+async def get(body: ImageGetRequest, principal: PrincipalDep) -> dict[str, Any] | JSONResponse:
+    """One image by id, with its bytes (base64) when include_bytes is true.
+
+    Async on purpose: the fetch of the bytes runs in its own bounded pool
+    (api.services.image_fetch), so the route never holds a request thread while an origin takes
+    its time.
+    """
     try:
-        return read.get_image(session, principal, body)
+        return await image_fetch.get_image(principal, body)
     except ApiError as exc:
-        if exc.status != 503:
+        if exc.status not in (429, 503):
             raise
         response = error_response(exc)
-        response.headers["Retry-After"] = str(read.IMAGE_RETRY_AFTER_SECONDS)
+        response.headers["Retry-After"] = str(image_fetch.retry_after(exc))
         return response
