@@ -62,8 +62,12 @@ def image_format(url: str) -> str | None:
 def _absolute(src: str | None, base_url: str) -> str | None:
     if not src or not src.strip() or src.strip().startswith("data:"):
         return None
-    url = urljoin(base_url, src.strip())
-    if urlsplit(url).scheme not in ("http", "https") or len(url) > MAX_URL_CHARS:
+    try:
+        url = urljoin(base_url, src.strip())
+        scheme = urlsplit(url).scheme
+    except ValueError:  # "https://[oops": urllib refuses it, and it is no image to list
+        return None
+    if scheme not in ("http", "https") or len(url) > MAX_URL_CHARS:
         return None
     return url
 
@@ -101,8 +105,8 @@ def _is_credit(element: lxml.html.HtmlElement) -> bool:
 def _figcaption(figure: lxml.html.HtmlElement) -> tuple[str, str | None]:
     """The caption of a figure without its credit, and the credit."""
     captions = figure.xpath(".//figcaption")
-    credits = [el for el in figure.iter() if isinstance(el.tag, str) and _is_credit(el)]
-    credit = _text(" ".join(el.text_content() for el in credits), MAX_CREDIT_CHARS) or None
+    credit_elements = [el for el in figure.iter() if isinstance(el.tag, str) and _is_credit(el)]
+    credit = _text(" ".join(el.text_content() for el in credit_elements), MAX_CREDIT_CHARS) or None
     if not captions:
         return "", credit
     caption = captions[0]
