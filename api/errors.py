@@ -79,13 +79,12 @@ def unavailable_response() -> JSONResponse:
     )
 
 
-def _field_of(loc: tuple[Any, ...], error_type: str) -> str | None:
-    parts = [str(p) for p in loc if p != "body"]
-    if error_type == "missing" and parts:
-        return parts[-1]
-    if error_type == "extra_forbidden":
-        return parts[-1] if parts else None
-    return parts[0] if parts else None
+def _field_of(loc: tuple[Any, ...]) -> str | None:
+    """The field an error is about, as the service names nested ones: `content.findings[0].id`."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f"{'.' if path else ''}{part}"
+    return path or None
 
 
 def _message(error: Mapping[str, Any], field: str | None) -> str:
@@ -102,17 +101,22 @@ def _message(error: Mapping[str, Any], field: str | None) -> str:
     return f"{field}: {msg}" if field else msg
 
 
-def validation_error(errors: Sequence[Mapping[str, Any]]) -> ApiError:
-    """The `invalid_input` error for pydantic validation errors, naming the first bad field."""
+def validation_error(errors: Sequence[Mapping[str, Any]], *, located: bool = False) -> ApiError:
+    """The `invalid_input` error for pydantic validation errors, naming the first bad field.
+
+    `located`: each `loc` starts with where FastAPI found the value ("body", "path", "query"),
+    which is not part of the field's name.
+    """
     first: Mapping[str, Any] = errors[0] if errors else {}
-    field = _field_of(tuple(first.get("loc", ())), first.get("type", ""))
+    loc = tuple(first.get("loc", ()))
+    field = _field_of(loc[1:] if located else loc)
     if first.get("type") == "json_invalid":
         field = None
     return invalid_input(_message(first, field), field)
 
 
 async def _on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-    return error_response(validation_error(exc.errors()))
+    return error_response(validation_error(exc.errors(), located=True))
 
 
 async def _on_api_error(_: Request, exc: ApiError) -> JSONResponse:

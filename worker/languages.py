@@ -3,7 +3,7 @@
 import re
 
 #: The output schema's language pattern and length bound.
-TAG_PATTERN = re.compile(r"^[a-zA-Z]{2,8}(?:-[a-zA-Z0-9]{1,8})*$")
+TAG_PATTERN = re.compile(r"[a-zA-Z]{2,8}(?:-[a-zA-Z0-9]{1,8})*")
 MAX_TAG_CHARS = 35
 
 
@@ -13,7 +13,7 @@ def normalise_tag(value: str | None) -> str | None:
         return None
     first = re.split(r"[,;\s]", value.strip(), maxsplit=1)[0]
     tag = first.replace("_", "-").strip("-")
-    if len(tag) > MAX_TAG_CHARS or not TAG_PATTERN.match(tag):
+    if len(tag) > MAX_TAG_CHARS or not TAG_PATTERN.fullmatch(tag):
         return None
     if tag.lower() in ("und", "mul", "zxx", "xx"):
         return None

@@ -18,13 +18,14 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from jsonschema import Draft7Validator, FormatChecker, ValidationError
-from pydantic import BaseModel, TypeAdapter
+from jsonschema import Draft7Validator, ValidationError
+from pydantic import BaseModel
 from pydantic import ValidationError as ModelValidationError
 
 from api.auth import Principal
 from api.errors import ApiError, invalid_input, validation_error
-from api.schemas import RetrieveRequest, Url, UuidText
+from api.schema_check import input_validator
+from api.schemas import RetrieveRequest
 from api.services import retrievals
 from worker import contract
 from worker.settings import get_settings
@@ -90,25 +91,9 @@ def contract_file(filename: str) -> dict[str, Any]:
     return json.loads(text if text is not None else PROVIDED[filename])
 
 
-def _format_checker() -> FormatChecker:
-    """Draft 7 formats, with `uri` and `uuid` checked by the same rules as the HTTP API."""
-    checker = FormatChecker()
-    for fmt, adapter in (("uri", TypeAdapter(Url)), ("uuid", TypeAdapter(UuidText))):
-
-        def check(value: object, adapter: TypeAdapter[str] = adapter) -> bool:
-            if isinstance(value, str):
-                adapter.validate_python(value)
-            return True
-
-        checker.checks(fmt, raises=ModelValidationError)(check)
-    return checker
-
-
 @cache
 def _input_validator(contract: str) -> Draft7Validator:
-    return Draft7Validator(
-        contract_file(f"{contract}.input.json"), format_checker=_format_checker()
-    )
+    return input_validator(contract_file(f"{contract}.input.json"))
 
 
 def _field_of(error: ValidationError) -> str | None:

@@ -8,6 +8,8 @@ so the worker's two processes run them in parallel.
 
 from __future__ import annotations
 
+import codecs
+import random
 import re
 import socket
 import time
@@ -38,8 +40,12 @@ SAME = "<same>"
 INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 
 LONG_TITLE = " ".join(["Meadow"] * 60)
+#: A binary data byte (here BEL) in a body's first 1 445 bytes makes it binary (MIME
+#: Sniffing), so the page below keeps its control characters past a comment that long.
+SNIFF_PADDING = "<!--" + " " * 1_445 + "-->"
+UNTRUSTED_HEAD = "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
 UNTRUSTED_PAGE = (
-    "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+    f"{UNTRUSTED_HEAD}{SNIFF_PADDING}"
     "<title>Bridges\u200b\u202e of\x07 the\u2066 Rhine\u2069</title>"
     "<meta name='description' content='Nine\u200d crossings\x1b in\ufeff one city.'></head>"
     "<body><article><h1>Bridges of the Rhine</h1>"
@@ -118,6 +124,33 @@ MANY_CUES = "".join(
     f"00:{i // 60:02d}:{i % 60:02d},900\nline {i}\n\n"
     for i in range(1_500)
 )
+# Charsets that are no text encoding, declared where only a decoder would trip on them.
+ROT13_PAGE = _article("Charset rot13", [PARAGRAPH] * 3, head="<meta charset='rot13'>").replace(
+    "<meta charset='utf-8'>", ""
+)
+BASE64_PAGE = _article(
+    "Charset base64",
+    [PARAGRAPH] * 3,
+    head="<meta http-equiv='Content-Type' content='text/html; charset=base64'>",
+).replace("<meta charset='utf-8'>", "")
+HEX_TRACK_PAGE = (
+    "<!doctype html><html lang='en'><head><meta charset='hex'><title>Hex talk</title></head>"
+    f"<body><video><track kind='captions' srclang='en' src='{P}/captions/styled.vtt'>"
+    "</video></body></html>"
+)
+#: An image URL urllib refuses ("Invalid IPv6 URL"): no image, and the page is still read.
+BROKEN_IMAGE_PAGE = _article(
+    "Broken figure",
+    [PARAGRAPH] * 3,
+    head="<meta property='og:image' content='https://[oops/og.png'>",
+).replace("<article>", "<article><figure><img src='https://[::1/a.png'></figure>")
+OCTET_TRACK_PAGE = (
+    "<!doctype html><html lang='en'><head><title>Octet talk</title></head><body><video>"
+    f"<track kind='captions' srclang='en' src='{P}/captions/octet.vtt'></video></body></html>"
+)
+#: 4 096 random bytes without a NUL: only the other binary data bytes give them away.
+RANDOM_BYTES = random.Random(4096).randbytes(4096).replace(b"\x00", b"\x01")
+WIDE_TEXT = "Plain notes in UTF-16.\n\nSecond paragraph, grüße."
 STYLED_FIRST = {
     "start_ms": 500,
     "end_ms": 3000,
@@ -148,6 +181,7 @@ def _mount(site: TLSSite) -> None:
     add(f"{P}/members/story", redirect(f"{P}/account/login?next=/members"))
     page(f"{P}/paywall", PAYWALL_PAGE)
     page(f"{P}/untrusted", UNTRUSTED_PAGE.encode())
+    page(f"{P}/controls-up-front", UNTRUSTED_PAGE.replace(SNIFF_PADDING, "").encode())
     page(f"{P}/notes.txt", "Plain\u200b notes.\r\n\r\n\r\nSecond   paragraph.", "text/plain")
     tracks = read("video_tracks.html").replace(b'src="/captions/', f'src="{P}/captions/'.encode())
     page(f"{P}/talks/rivers", tracks)
@@ -163,6 +197,20 @@ def _mount(site: TLSSite) -> None:
     page(f"{P}/captions/cp1252.srt", CP1252_SRT, f"{SRT}; charset=windows-1252")
     page(f"{P}/captions/many.srt", MANY_CUES, SRT)
     page(f"{P}/readme.txt", "Just a readme, no cues here.", "text/plain")
+    # Charsets that are no text encoding, and URLs urllib refuses.
+    page(f"{P}/rot13", ROT13_PAGE, "text/html")
+    page(f"{P}/base64", BASE64_PAGE, "text/html")
+    page(f"{P}/talks/hex", HEX_TRACK_PAGE, "text/html")
+    page(f"{P}/broken-image", BROKEN_IMAGE_PAGE)
+    # Media outside the schema's types, and binary bodies whatever their label.
+    page(f"{P}/octet.txt", "Plain notes.\n\nSecond paragraph.", "application/octet-stream")
+    styled = (CAPTIONS / "styled.vtt").read_bytes()
+    page(f"{P}/captions/octet.vtt", styled, "application/octet-stream")
+    page(f"{P}/talks/octet", OCTET_TRACK_PAGE)
+    page(f"{P}/random.txt", RANDOM_BYTES, "text/plain")
+    page(f"{P}/random.vtt", b"WEBVTT\n\n" + RANDOM_BYTES, "text/vtt")
+    page(f"{P}/utf16.txt", codecs.BOM_UTF16_LE + WIDE_TEXT.encode("utf-16-le"), "text/plain")
+    page(f"{P}/utf32.txt", codecs.BOM_UTF32_BE + WIDE_TEXT.encode("utf-32-be"), "text/plain")
     # The guard.
     add(f"{P}/to-other-loopback", redirect(f"https://127.0.0.2:{site.port}/"))
     add(f"{P}/slow-down", rate_limited("120"))
@@ -451,6 +499,27 @@ URL_TEXT = [
         mime_type="text/plain",
         text="Plain notes.\n\nSecond paragraph.",
     ),
+    Case("meta-charset-rot13", f"{P}/rot13", declared="en", contains=(PARAGRAPH,)),
+    Case("http-equiv-charset-base64", f"{P}/base64", declared="en", contains=(PARAGRAPH,)),
+    Case("image-url-urllib-refuses", f"{P}/broken-image", declared="en", contains=(PARAGRAPH,)),
+    Case("utf16-bom-text", f"{P}/utf16.txt", mime_type="text/plain", text=WIDE_TEXT),
+    Case("utf32-bom-text", f"{P}/utf32.txt", mime_type="text/plain", text=WIDE_TEXT),
+    *[
+        Case(
+            case_id,
+            path,
+            status="unsupported",
+            reason="unsupported_media",
+            content_kind="none",
+            mime_type=None,
+            text="",
+        )
+        for case_id, path in [
+            ("control-bytes-up-front", f"{P}/controls-up-front"),
+            ("octet-stream-text", f"{P}/octet.txt"),
+            ("random-bytes-as-text-plain", f"{P}/random.txt"),
+        ]
+    ],
 ]
 
 
@@ -605,6 +674,31 @@ CAPTION_CASES = [
         declared="en",
         text="",
     ),
+    _captions(
+        "meta-charset-hex-track",
+        f"{P}/talks/hex",
+        declared="en",
+        source=f"{P}/captions/styled.vtt",
+        check=_styled,
+    ),
+    *[
+        _captions(
+            case_id,
+            path,
+            status="unsupported",
+            reason="unsupported_media",
+            content_kind="none",
+            caption_format=None,
+            mime_type=None,
+            source=source,
+            text="",
+        )
+        for case_id, path, source in [
+            ("octet-stream-caption-file", f"{P}/captions/octet.vtt", SAME),
+            ("octet-stream-track", f"{P}/talks/octet", f"{P}/captions/octet.vtt"),
+            ("random-bytes-as-text-vtt", f"{P}/random.vtt", SAME),
+        ]
+    ],
     *[
         _captions(
             f"platform-{name}",

@@ -96,6 +96,10 @@ def bad_inputs(url: str, workspace: uuid.UUID) -> list[tuple[dict[str, Any], str
         ({**good, "kind": "video"}, "kind"),
         ({**good, "language": None}, "language"),
         ({**good, "url": "not a uri"}, "url"),
+        ({**good, "url": url + "\n"}, "url"),
+        ({**good, "workspace_id": str(workspace) + "\n"}, "workspace_id"),
+        ({**good, "mutation_id": good["mutation_id"] + "\n"}, "mutation_id"),
+        ({**good, "language": "en\n"}, "language"),
     ]
 
 

@@ -184,6 +184,9 @@ class TestErrors:
                 "revision",
             ),
             (rs.BRIEFS_GET, {"workspace_id": ws}, "id"),
+            (rs.BRIEFS_GET, {"workspace_id": ws, "id": str(uuid.uuid4()) + "\n"}, "id"),
+            (rs.CHUNK_SEARCH, {"workspace_id": ws + "\n", "query": "x"}, "workspace_id"),
+            (rs.IMAGE_SEARCH, {"workspace_id": ws + "\n", "query": "x"}, "workspace_id"),
         ]
 
         async def check() -> None:

@@ -98,6 +98,15 @@ class TestExtractImages:
         assert not any(url.startswith("data:") for url in images)
         assert len(images) == 6
 
+    def test_urls_urllib_refuses_are_skipped(self) -> None:
+        """An src like "https://[oops" (ValueError in urllib) is no image, not a failed page."""
+        html = (
+            '<meta property="og:image" content="https://[x/og.png">'
+            '<figure><img src="https://[::1/a.png"><figcaption>Broken</figcaption></figure>'
+            '<figure><img src="/b.png"><figcaption>Fine</figcaption></figure>'
+        )
+        assert [i.url for i in extract_images(html, BASE)] == ["https://news.test/b.png"]
+
     def test_no_markup(self) -> None:
         """Empty or image-free pages yield nothing."""
         assert extract_images("", BASE) == []

@@ -7,6 +7,7 @@ from typing import Any
 
 from jsonschema import Draft7Validator
 
+from api.schema_check import EcmaDraft7Validator
 from tests.support.schemas import _format_checker
 from worker import contract
 
@@ -24,7 +25,8 @@ def _validator(name: str, part: str = "") -> Draft7Validator:
     elif part == "image":
         schema = schema["properties"]["result"]["properties"]["image"]["anyOf"][0]
     Draft7Validator.check_schema(schema)
-    return Draft7Validator(schema, format_checker=_format_checker())
+    # Patterns as JSON Schema defines them (ECMA-262: `$` is the end of the text).
+    return EcmaDraft7Validator(schema, format_checker=_format_checker())
 
 
 def _check(validator: Draft7Validator, instance: Any) -> Any:

@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from jsonschema import Draft7Validator, FormatChecker
 
+from api.schema_check import EcmaDraft7Validator
 from worker import contract
 
 
@@ -41,7 +42,8 @@ def _validator(part: str) -> Draft7Validator:
     if part == "result":
         schema = schema["properties"]["retrieval"]["properties"]["result"]
     Draft7Validator.check_schema(schema)
-    return Draft7Validator(schema, format_checker=_format_checker())
+    # Patterns as JSON Schema defines them (ECMA-262: `$` is the end of the text).
+    return EcmaDraft7Validator(schema, format_checker=_format_checker())
 
 
 def _check(part: str, instance: Any) -> None:

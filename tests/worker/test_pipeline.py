@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.schemas import validate_result
 from tests.support.tls_site import Page, TLSSite
-from worker.content import markup, text
+from worker.content import decoding, markup
 from worker.content.assets import run_pipeline_with_assets
 from worker.content.images import ImageRef, extract_images
 from worker.content.pipeline import run_pipeline
@@ -453,7 +453,7 @@ def page_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         return wrapper
 
     reals = {
-        "decode_body": text.decode_body,
+        "decode_body": decoding.decode_body,
         "parse_bounded": markup.parse_bounded,
         "bound_markup": markup.bound_markup,
         "parse_html": markup.parse_html,

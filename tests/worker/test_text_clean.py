@@ -1,18 +1,8 @@
-"""Cleaning untrusted text and decoding bytes."""
-
-import codecs
+"""Cleaning untrusted text (decoding bytes is in test_decoding.py)."""
 
 import pytest
 
-from worker.content.text import (
-    clean_inline,
-    clean_text,
-    codec_for,
-    decode_body,
-    meta_charset,
-    sniff_bom,
-    strip_invisible,
-)
+from worker.content.text import clean_inline, clean_text, strip_invisible
 from worker.languages import is_mismatch, normalise_tag, primary_subtag, same_language
 
 
@@ -92,110 +82,6 @@ class TestCleanText:
         assert clean_inline(" A\n  title\u200b here ") == "A title here"
         assert clean_inline("  \u00ad ") is None
         assert clean_inline(None) is None
-
-
-class TestCodecFor:
-    """Charset labels map to Python codecs the way browsers read them."""
-
-    def test_latin1_labels_decode_as_windows_1252(self) -> None:
-        """iso-8859-1, latin1 and us-ascii labels are read as windows-1252 (WHATWG)."""
-        assert codec_for("ISO-8859-1") == "cp1252"
-        assert codec_for("latin1") == "cp1252"
-        assert codec_for("us-ascii") == "cp1252"
-
-    def test_known_and_unknown_labels(self) -> None:
-        """Known labels resolve (quoted or not); unknown or empty ones give None."""
-        assert codec_for('"Shift_JIS"') == "shift_jis"
-        assert codec_for("windows-1251") == "cp1251"
-        assert codec_for("no-such-charset") is None
-        assert codec_for("") is None
-        assert codec_for(None) is None
-
-
-class TestSniffing:
-    """BOM and <meta> charset sniffing."""
-
-    @pytest.mark.parametrize(
-        ("bom", "codec"),
-        [
-            (codecs.BOM_UTF8, "utf-8"),
-            (codecs.BOM_UTF16_LE, "utf-16-le"),
-            (codecs.BOM_UTF16_BE, "utf-16-be"),
-            (codecs.BOM_UTF32_LE, "utf-32-le"),
-        ],
-    )
-    def test_bom(self, bom: bytes, codec: str) -> None:
-        """Each byte-order mark names its codec and length."""
-        assert sniff_bom(bom + b"x") == (codec, len(bom))
-
-    def test_no_bom(self) -> None:
-        """Plain bytes have no BOM."""
-        assert sniff_bom(b"<html>") == (None, 0)
-
-    def test_meta_charset_forms(self) -> None:
-        """Both <meta charset> and <meta http-equiv content=...charset=> are read."""
-        assert meta_charset(b'<meta charset="windows-1251">') == "cp1251"
-        http_equiv = b'<meta http-equiv="Content-Type" content="text/html; charset=Shift_JIS">'
-        assert meta_charset(http_equiv) == "shift_jis"
-
-    def test_meta_charset_claiming_utf16_means_utf8(self) -> None:
-        """An ASCII-readable page claiming UTF-16 is read as UTF-8."""
-        assert meta_charset(b'<meta charset="utf-16">') == "utf-8"
-
-    def test_meta_charset_only_near_the_start(self) -> None:
-        """A declaration past the scan window is ignored."""
-        assert meta_charset(b" " * 5000 + b'<meta charset="koi8-r">') is None
-
-
-class TestDecodeBody:
-    """Bytes to text in several languages and encodings."""
-
-    def test_header_charset_french_latin1(self) -> None:
-        """French in ISO-8859-1 decodes with the header's charset."""
-        text = "Élève à l'école, cœur"
-        assert decode_body(text.encode("cp1252"), "iso-8859-1") == text
-
-    def test_header_charset_russian_cp1251(self) -> None:
-        """Russian in windows-1251 decodes with the header's charset."""
-        assert decode_body("Привет, мир".encode("cp1251"), "windows-1251") == "Привет, мир"
-
-    def test_meta_charset_japanese_shift_jis(self) -> None:
-        """Japanese in Shift_JIS decodes from <meta charset> when the header says nothing."""
-        body = b'<meta charset="shift_jis"><p>' + "日本語の記事".encode("shift_jis")
-        assert "日本語の記事" in decode_body(body)
-
-    def test_meta_ignored_for_plain_text(self) -> None:
-        """Plain text bodies do not honour markup declarations."""
-        body = b'<meta charset="koi8-r">' + "é".encode()
-        assert decode_body(body, html=False).endswith("é")
-
-    def test_bom_wins_and_is_removed(self) -> None:
-        """A UTF-8 BOM is honoured even against a wrong header, and not kept in the text."""
-        assert decode_body(codecs.BOM_UTF8 + "naïve".encode(), "iso-8859-1") == "naïve"
-
-    def test_utf16_with_bom(self) -> None:
-        """UTF-16 with a BOM decodes."""
-        assert decode_body("ünïcode".encode("utf-16")) == "ünïcode"
-
-    def test_undeclared_utf8(self) -> None:
-        """Undeclared UTF-8 decodes as UTF-8."""
-        assert decode_body("Grüße".encode()) == "Grüße"
-
-    def test_undeclared_legacy_falls_back_to_cp1252(self) -> None:
-        """Undeclared non-UTF-8 bytes fall back to windows-1252 (curly quotes included)."""
-        assert decode_body("“Déjà”".encode("cp1252")) == "“Déjà”"
-
-    def test_bytes_undefined_in_cp1252_fall_back_to_latin1(self) -> None:
-        """Bytes windows-1252 leaves undefined still decode (latin-1), never raise."""
-        assert decode_body(b"a\x81b") == "a\x81b"
-
-    def test_wrong_header_with_utf8_body_is_read_as_utf8(self) -> None:
-        """A header claiming Shift_JIS over bytes that fail it but are UTF-8 reads as UTF-8."""
-        assert decode_body("Ünïcödé ✓".encode(), "shift_jis") == "Ünïcödé ✓"
-
-    def test_unknown_header_charset_is_ignored(self) -> None:
-        """An unknown charset label falls through to the next rule."""
-        assert decode_body("ça".encode(), "x-bogus") == "ça"
 
 
 class TestLanguages:

@@ -62,6 +62,14 @@ class TestFindTracks:
         html = '<head><base href="https://static.example/v/"></head><video><track src="a.vtt">'
         assert tracks_of(html)[0].url == "https://static.example/v/a.vtt"
 
+    def test_urls_urllib_refuses_are_skipped(self) -> None:
+        """A src or <base href> like "https://[oops" (ValueError in urllib) is skipped."""
+        html = (
+            '<head><base href="https://[oops/"></head><video>'
+            '<track src="https://[::1/bad.vtt"><track src="/good.vtt"></video>'
+        )
+        assert [t.url for t in tracks_of(html)] == ["https://media.example/good.vtt"]
+
     def test_track_outside_media_ignored(self) -> None:
         """A stray <track> outside video/audio is not a published caption."""
         assert tracks_of('<body><track kind="captions" src="x.vtt"></body>') == []

@@ -8,9 +8,10 @@ from urllib.parse import urlsplit
 import lxml.html
 import trafilatura
 
+from worker.content.decoding import decode_body
 from worker.content.markup import parse_bounded
 from worker.content.results import Content
-from worker.content.text import clean_inline, clean_text, decode_body
+from worker.content.text import clean_inline, clean_text
 from worker.languages import is_mismatch, normalise_tag
 from worker.reasons import Reason
 

@@ -62,8 +62,12 @@ def image_format(url: str) -> str | None:
 def _absolute(src: str | None, base_url: str) -> str | None:
     if not src or not src.strip() or src.strip().startswith("data:"):
         return None
-    url = urljoin(base_url, src.strip())
-    if urlsplit(url).scheme not in ("http", "https") or len(url) > MAX_URL_CHARS:
+    try:
+        url = urljoin(base_url, src.strip())
+        scheme = urlsplit(url).scheme
+    except ValueError:  # "https://[oops": urllib refuses it, and it is no image to list
+        return None
+    if scheme not in ("http", "https") or len(url) > MAX_URL_CHARS:
         return None
     return url
 

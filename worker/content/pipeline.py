@@ -9,10 +9,11 @@ import lxml.html
 
 from worker import clock
 from worker.content.captions import CaptionError, parse_captions, sniff_format
+from worker.content.decoding import decode_body
 from worker.content.html import declared_language, extract_html
 from worker.content.markup import parse_bounded
 from worker.content.results import Content, content_result, failure_result
-from worker.content.text import clean_text, decode_body
+from worker.content.text import clean_text
 from worker.content.tracks import find_tracks, is_platform_url, pick_track
 from worker.fetch.types import FetchedResponse, FetchFailure
 from worker.languages import is_mismatch, normalise_tag

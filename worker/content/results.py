@@ -22,7 +22,7 @@ MAX_WARNINGS = 10
 MAX_URL_CHARS = 2_048
 MAX_LANGUAGE_CHARS = 35
 MAX_RETRY_AFTER_SECONDS = 86_400
-LANGUAGE_TAG = re.compile(r"^[a-zA-Z]{2,8}(?:-[a-zA-Z0-9]{1,8})*$")
+LANGUAGE_TAG = re.compile(r"[a-zA-Z]{2,8}(?:-[a-zA-Z0-9]{1,8})*")
 
 Kind = Literal["url_text", "published_captions"]
 ContentKind = Literal["document_text", "metadata_only", "published_caption_file", "none"]
@@ -88,7 +88,7 @@ def _distinct(reasons: Iterable[Reason]) -> list[Reason]:
 
 def _language_tag(value: str | None) -> str | None:
     """Return `value` when it is a schema-valid language tag, else None."""
-    if value and len(value) <= MAX_LANGUAGE_CHARS and LANGUAGE_TAG.match(value):
+    if value and len(value) <= MAX_LANGUAGE_CHARS and LANGUAGE_TAG.fullmatch(value):
         return value
     return None
 

@@ -46,10 +46,20 @@ def is_platform_url(url: str) -> bool:
     return any(host == h or host.endswith("." + h) for h in PLATFORM_HOSTS)
 
 
+def _join(base: str, ref: str) -> str | None:
+    """`ref` resolved against `base`, or None where urllib refuses it ("https://[oops")."""
+    try:
+        url = urljoin(base, ref)
+        urlsplit(url)
+    except ValueError:
+        return None
+    return url
+
+
 def _base_url(tree: lxml.html.HtmlElement, page_url: str) -> str:
     for href in tree.xpath("//base/@href"):
         if href.strip():
-            return urljoin(page_url, href.strip())
+            return _join(page_url, href.strip()) or page_url
     return page_url
 
 
@@ -62,8 +72,8 @@ def find_tracks(tree: lxml.html.HtmlElement, page_url: str) -> list[Track]:
         src = (element.get("src") or "").strip()
         if kind not in CAPTION_KINDS or not src:
             continue
-        url = urljoin(base, src)
-        if urlsplit(url).scheme not in ("http", "https"):
+        url = _join(base, src)
+        if url is None or urlsplit(url).scheme not in ("http", "https"):
             continue
         tracks.append(
             Track(

@@ -6,7 +6,6 @@ of the service only ever sees `FetchFailure` with a contract `Reason`.
 
 from __future__ import annotations
 
-import codecs
 import re
 import ssl
 import zlib
@@ -20,6 +19,7 @@ import brotli
 import httpcore
 import httpx
 
+from worker.content.decoding import encoding_name, sniff_bom
 from worker.fetch.egress import EgressBlocked, ResolutionFailed
 from worker.fetch.types import FetchFailure
 from worker.reasons import Reason
@@ -41,10 +41,14 @@ ALLOWED_MIME_TYPES = frozenset(
         "text/srt",
     }
 )
-#: Declared types that say nothing, so the body is sniffed as if none were given.
-UNINFORMATIVE_MIME_TYPES = frozenset({"application/octet-stream", "binary/octet-stream"})
-#: Bytes inspected when sniffing a body.
-SNIFF_BYTES = 1024
+#: Bytes inspected when sniffing a body (the MIME Sniffing standard's "resource header").
+SNIFF_BYTES = 1445
+#: The MIME Sniffing standard's "binary data bytes": C0 controls no text holds (TAB, LF, FF,
+#: CR and ESC are text; ISO-2022-JP uses ESC). One in the first bytes makes a body binary.
+_BINARY_DATA_BYTE = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
+_BINARY_DATA_CHAR = re.compile("[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
+#: Encodings whose text is full of 0x00 bytes: after their BOM, characters are checked instead.
+_WIDE_CODECS = frozenset({"utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"})
 
 _BINARY_MAGIC = (
     b"\x89PNG",
@@ -70,7 +74,6 @@ _BINARY_MAGIC = (
     b"wOF2",
     b"\xca\xfe\xba\xbe",
 )
-_BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
 _HTML_START = re.compile(
     rb"^\s*<(?:!doctype\s+html|html|head|body|!--|meta|title|p|div)[\s>]", re.I
 )
@@ -149,7 +152,7 @@ def status_failure(status: int, url: str, retry_after: str | None = None) -> Fet
 
 
 def parse_content_type(value: str | None) -> tuple[str | None, str | None]:
-    """Media type (lower case) and charset (validated codec name) of a Content-Type header."""
+    """Media type (lower case) and charset (an Encoding Standard name) of a Content-Type."""
     if not value:
         return None, None
     mime, *params = value.split(";")
@@ -157,36 +160,41 @@ def parse_content_type(value: str | None) -> tuple[str | None, str | None]:
     for param in params:
         name, _, raw = param.partition("=")
         if name.strip().lower() == "charset":
-            charset = normalise_charset(raw.strip().strip("\"'"))
+            charset = encoding_name(raw)
     return mime.strip().lower() or None, charset
 
 
-def normalise_charset(name: str | None) -> str | None:
-    """A Python text codec name for `name`, or None if unknown or unsafe (UTF-7)."""
-    if not name or len(name) > 40:
-        return None
-    try:
-        info = codecs.lookup(name)
-    except LookupError:
-        return None
-    if not getattr(info, "_is_text_encoding", True) or info.name in ("utf-7", "utf_7"):
-        return None
-    return info.name
-
-
 def looks_binary(body: bytes) -> bool:
-    """True for bodies that are plainly not text: known magic numbers, or NUL bytes."""
+    """True for bodies that are not text: a known magic number, or a binary data byte.
+
+    Text after a UTF-16 or UTF-32 byte-order mark is judged by its characters, since its bytes
+    are full of zeros: it is binary when it does not decode or holds a binary data character.
+    """
+    codec, skip = sniff_bom(body)
+    if codec in _WIDE_CODECS:
+        return _wide_text_is_binary(body[skip:SNIFF_BYTES], codec)
     head = body[:SNIFF_BYTES]
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return False
-    return head.startswith(_BINARY_MAGIC) or bool(_MP4_BOX.match(head)) or b"\x00" in head
+    if head.startswith(_BINARY_MAGIC) or _MP4_BOX.match(head):
+        return True
+    return _BINARY_DATA_BYTE.search(head) is not None
+
+
+def _wide_text_is_binary(head: bytes, codec: str) -> bool:
+    try:
+        text = head.decode(codec)
+    except UnicodeDecodeError as exc:
+        if exc.reason not in ("truncated data", "unexpected end of data"):
+            return True
+        text = head[: exc.start].decode(codec)  # the sniffed bytes end inside a character
+    return _BINARY_DATA_CHAR.search(text) is not None
 
 
 def sniff_text_type(body: bytes, path: str) -> str | None:
     """Guess a type for an undeclared body: WebVTT, SRT, HTML, plain text, else None."""
-    head = body[:SNIFF_BYTES]
-    for bom in _BOMS[:1]:
-        head = head.removeprefix(bom)
+    codec, skip = sniff_bom(body)
+    head = body[skip:SNIFF_BYTES]
+    if codec in _WIDE_CODECS:
+        head = head.decode(codec, errors="ignore").encode()
     lowered = path.lower().split("?")[0]
     if head.lstrip().startswith(b"WEBVTT") or lowered.endswith(".vtt"):
         return "text/vtt"
@@ -203,8 +211,13 @@ def sniff_text_type(body: bytes, path: str) -> str | None:
 
 
 def media_type(declared: str | None, body: bytes, path: str) -> str:
-    """The checked media type of a body, or FetchFailure(unsupported_media)."""
-    if declared is not None and declared not in UNINFORMATIVE_MIME_TYPES:
+    """The checked media type of a body, or FetchFailure(unsupported_media).
+
+    A declared type must be one of the output schema's (`application/octet-stream` is not: a
+    browser would not render it as text, nor take it as a `<track>`); only a body served with
+    no type at all is sniffed. Binary bodies are refused whatever their label.
+    """
+    if declared is not None:
         if declared not in ALLOWED_MIME_TYPES:
             raise FetchFailure(Reason.UNSUPPORTED_MEDIA, f"content type {declared}")
         if looks_binary(body):

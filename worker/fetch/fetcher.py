@@ -8,8 +8,6 @@ connection goes through `egress.GuardedBackend`, and errors are translated once,
 
 from __future__ import annotations
 
-import codecs
-import re
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,13 +52,6 @@ ACCEPT = (
 )
 ACCEPT_ENCODING = "gzip, deflate, br"
 
-_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]{1,40})""", re.I)
-_BOM_CODECS = (
-    (codecs.BOM_UTF8, "utf-8"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
-
 
 def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
     """A verifying TLS context (public roots, plus `ca_bundle` if given); never unverified."""
@@ -69,20 +60,6 @@ def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
         context.load_verify_locations(cafile=ca_bundle)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
-
-
-def decode_body(body: bytes, charset: str | None) -> str:
-    """Text of a body: BOM, then the header charset, then `<meta charset>`, then UTF-8."""
-    for bom, name in _BOM_CODECS:
-        if body.startswith(bom):
-            return body.decode(name, errors="replace")
-    encoding = errors.normalise_charset(charset)
-    if encoding is None:
-        match = _META_CHARSET.search(body[:4096])
-        encoding = errors.normalise_charset(match.group(1).decode()) if match else None
-        if encoding and encoding.startswith("utf-16"):
-            encoding = "utf-8"  # A meta tag readable as ASCII cannot be UTF-16 (WHATWG).
-    return body.decode(encoding or "utf-8", errors="replace")
 
 
 class Fetcher:
@@ -220,7 +197,7 @@ class Fetcher:
         if len(response.headers.raw) > MAX_RESPONSE_HEADERS:
             raise FetchFailure(Reason.UNAVAILABLE, "too many response headers", target.url)
         declared, charset = parse_content_type(response.headers.get("content-type"))
-        if declared and declared not in ALLOWED_MIME_TYPES | errors.UNINFORMATIVE_MIME_TYPES:
+        if declared and declared not in ALLOWED_MIME_TYPES:
             raise FetchFailure(Reason.UNSUPPORTED_MEDIA, f"content type {declared}", target.url)
         body, truncated = self._read_body(response, self.settings.fetch_max_bytes)
         mime = media_type(declared, body, target.path)

@@ -31,8 +31,8 @@ MAX_REDIRECTS = 5
 #: Statuses whose Location is followed.
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
-_LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?$")
-_NUMERIC_LABEL = re.compile(r"^(?:0[xX][0-9a-fA-F]*|[0-9]+)$")
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?")
+_NUMERIC_LABEL = re.compile(r"0[xX][0-9a-fA-F]*|[0-9]+")
 _CONTROL = re.compile(r"[\x00-\x20\x7f\\]")
 
 #: Named networks that are never a public web server (checked before `is_global`).
@@ -120,7 +120,7 @@ def parse_ipv4_like_inet_aton(text: str) -> IPv4Address | None:
         return None
     values: list[int] = []
     for part in parts:
-        if not _NUMERIC_LABEL.match(part) or part.lower() == "0x":
+        if not _NUMERIC_LABEL.fullmatch(part) or part.lower() == "0x":
             return None
         if part[:2].lower() == "0x":
             values.append(int(part[2:], 16))
@@ -151,7 +151,7 @@ def parse_host_literal(host: str) -> IPAddress | Verdict | None:
             return Verdict(False, f"malformed IPv6 literal: {host!r}")
     text = text[:-1] if text.endswith(".") else text
     labels = text.split(".")
-    if not labels or not _NUMERIC_LABEL.match(labels[-1]):
+    if not labels or not _NUMERIC_LABEL.fullmatch(labels[-1]):
         return None
     parsed = parse_ipv4_like_inet_aton(text)
     return parsed if parsed is not None else Verdict(False, f"malformed IPv4 literal: {host!r}")
@@ -175,7 +175,7 @@ def normalise_host_name(host: str) -> str | Verdict:
     if len(ascii_name) > MAX_HOST_CHARS:
         return Verdict(False, "host name too long")
     for label in ascii_name.split("."):
-        if len(label) > MAX_LABEL_CHARS or not _LABEL.match(label):
+        if len(label) > MAX_LABEL_CHARS or not _LABEL.fullmatch(label):
             return Verdict(False, f"invalid host label: {label!r}")
     if "." not in ascii_name and ascii_name != "localhost":
         return Verdict(False, "single-label host names are not public")

@@ -20,7 +20,7 @@ class FetchedResponse:
     truncated: bool
     #: Media type from Content-Type (checked and sniffed), one of the schema's enum or None.
     mime_type: str | None
-    #: Charset declared by the Content-Type header, if any.
+    #: Encoding the Content-Type header declares (an Encoding Standard name), if any.
     charset: str | None = None
 
 

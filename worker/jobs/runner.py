@@ -43,12 +43,20 @@ def produce_output(claim: retrievals.Claim) -> PipelineOutput:
     """Fetch and extract: the content step, with the page's images. Never raises for a source."""
     from worker.content.assets import PipelineOutput, run_pipeline_with_assets
 
+    fetcher = MeteredFetcher(get_fetcher())
     try:
-        fetcher = MeteredFetcher(get_fetcher())
         return run_pipeline_with_assets(fetcher, claim.url, claim.kind, claim.language)  # type: ignore[arg-type]
     except SoftTimeLimitExceeded:
         log.warning("soft_time_limit")
         return PipelineOutput(failure_result(claim.kind, Reason.TIMEOUT, clock.now()))  # type: ignore[arg-type]
+    except Exception as exc:
+        # Whatever a source makes a parser raise, it will raise again on every attempt: settle
+        # now instead of failing until max_attempts (`unconfirmed`). The client sees only the
+        # reason; the exception's text, which may quote the source, stays in the log.
+        log.exception("content_step_failed", error=type(exc).__name__)
+        return PipelineOutput(
+            failure_result(claim.kind, Reason.UNSUPPORTED_CONTENT, clock.now())  # type: ignore[arg-type]
+        )
 
 
 def run_retrieval(retrieval_id: uuid.UUID) -> str:

@@ -1,11 +1,11 @@
 """Routes that read evidence revisions."""
 
-import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
 from api.http.deps import PrincipalDep, SessionDep
+from api.schemas import UuidParam
 from api.services import retrievals
 
 router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
@@ -13,7 +13,7 @@ router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
 
 @router.get("/{evidence_id}")
 def get_evidence(
-    evidence_id: uuid.UUID,
+    evidence_id: UuidParam,
     principal: PrincipalDep,
     session: SessionDep,
     revision: Annotated[int | None, Query(ge=1)] = None,

@@ -1,13 +1,12 @@
 """Routes of the retrieval lifecycle."""
 
-import uuid
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from api.http.deps import PrincipalDep, read_only_session
-from api.schemas import RetrieveRequest
+from api.schemas import RetrieveRequest, UuidParam
 from api.services import retrievals
 
 router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
@@ -34,7 +33,7 @@ def retrieve(body: RetrieveRequest, principal: PrincipalDep) -> JSONResponse:
 
 
 @router.get("/retrievals/{retrieval_id}", response_class=JSONResponse)
-def get_retrieval(retrieval_id: uuid.UUID, principal: PrincipalDep) -> JSONResponse:
+def get_retrieval(retrieval_id: UuidParam, principal: PrincipalDep) -> JSONResponse:
     """The retrieval as it stands now."""
     with read_only_session() as session:
         payload = retrievals.read_retrieval(session, principal, retrieval_id)
@@ -42,6 +41,6 @@ def get_retrieval(retrieval_id: uuid.UUID, principal: PrincipalDep) -> JSONRespo
 
 
 @router.post("/retrievals/{retrieval_id}/cancel", response_class=JSONResponse)
-def cancel_retrieval(retrieval_id: uuid.UUID, principal: PrincipalDep) -> JSONResponse:
+def cancel_retrieval(retrieval_id: UuidParam, principal: PrincipalDep) -> JSONResponse:
     """Cancel a pending or running retrieval."""
     return _answer(retrievals.cancel_retrieval(principal, retrieval_id))

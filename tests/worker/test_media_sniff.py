@@ -1,0 +1,135 @@
+"""Media types and binary bodies: the WHATWG MIME Sniffing rules the fetcher applies."""
+
+from __future__ import annotations
+
+import codecs
+import random
+
+import pytest
+
+from worker.fetch.errors import (
+    ALLOWED_MIME_TYPES,
+    SNIFF_BYTES,
+    looks_binary,
+    media_type,
+    sniff_text_type,
+)
+from worker.fetch.types import FetchFailure
+from worker.reasons import Reason
+
+#: The MIME Sniffing standard's binary data bytes.
+BINARY_DATA_BYTES = [*range(0x00, 0x09), 0x0B, *range(0x0E, 0x1B), *range(0x1C, 0x20)]
+#: C0 controls that text does hold: TAB, LF, FF, CR, ESC (ISO-2022-JP).
+TEXT_CONTROLS = [0x09, 0x0A, 0x0C, 0x0D, 0x1B]
+#: 4 096 random bytes, as in the report that found them answered as text.
+RANDOM = random.Random(4096).randbytes(4096)
+#: Random bytes with every NUL replaced: only the other binary data bytes give them away.
+RANDOM_NO_NUL = RANDOM.replace(b"\x00", b"\x01")
+PROSE = "Researchers measured forty mountain lakes — grüße, 日本語.\n"
+WIDE = [
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+]
+
+
+def refused(declared: str | None, body: bytes, path: str = "/x") -> FetchFailure:
+    with pytest.raises(FetchFailure) as caught:
+        media_type(declared, body, path)
+    assert caught.value.reason is Reason.UNSUPPORTED_MEDIA
+    return caught.value
+
+
+class TestBinaryDataBytes:
+    """One binary data byte in the first 1 445 bytes makes a body binary."""
+
+    @pytest.mark.parametrize("byte", BINARY_DATA_BYTES, ids=hex)
+    def test_each_binary_data_byte(self, byte: int) -> None:
+        assert looks_binary(b"plain words " + bytes([byte]) + b" more words")
+
+    @pytest.mark.parametrize("byte", TEXT_CONTROLS, ids=hex)
+    def test_text_controls_are_text(self, byte: int) -> None:
+        assert not looks_binary(b"plain words " + bytes([byte]) + b" more words")
+
+    def test_only_the_resource_header_counts(self) -> None:
+        """A binary data byte past the first 1 445 bytes is not looked at."""
+        assert SNIFF_BYTES == 1445
+        assert looks_binary(b"a" * 1444 + b"\x01")
+        assert not looks_binary(b"a" * 1445 + b"\x01")
+
+    def test_random_bytes(self) -> None:
+        """Random bytes are binary, with or without NULs."""
+        assert looks_binary(RANDOM)
+        assert looks_binary(RANDOM_NO_NUL)
+
+    def test_high_bytes_alone_are_text(self) -> None:
+        """Bytes 0x80-0xFF are legacy text (windows-1252, Shift_JIS...), not binary."""
+        assert not looks_binary("“Déjà vu” — Ünïcödé".encode("cp1252"))
+        assert not looks_binary("日本語の記事".encode("shift_jis"))
+
+    def test_utf8_bom_does_not_excuse_binary(self) -> None:
+        """A UTF-8 mark in front of binary data bytes is still binary."""
+        assert looks_binary(codecs.BOM_UTF8 + RANDOM_NO_NUL)
+
+
+class TestWideText:
+    """UTF-16 and UTF-32 text after its BOM is text, judged by its characters."""
+
+    @pytest.mark.parametrize(("bom", "codec"), WIDE, ids=[c for _, c in WIDE])
+    def test_bom_prefixed_text_is_text(self, bom: bytes, codec: str) -> None:
+        body = bom + (PROSE * 100).encode(codec)
+        assert not looks_binary(body)
+        assert media_type("text/plain", body, "/notes") == "text/plain"
+        assert sniff_text_type(body, "/notes") == "text/plain"
+
+    @pytest.mark.parametrize(("bom", "codec"), WIDE, ids=[c for _, c in WIDE])
+    def test_bom_prefixed_binary_is_binary(self, bom: bytes, codec: str) -> None:
+        """A BOM in front of random bytes, or of text with a control character, is binary."""
+        assert looks_binary(bom + RANDOM)
+        assert looks_binary(bom + "a\x01b".encode(codec))
+
+    def test_cut_inside_a_surrogate_pair(self) -> None:
+        """The 1 445-byte header may end inside a character: that is still text."""
+        assert not looks_binary(codecs.BOM_UTF16_LE + ("𝄞" * 1000).encode("utf-16-le"))
+
+    def test_wide_captions_are_sniffed(self) -> None:
+        """An undeclared UTF-16 WebVTT file is sniffed as WebVTT."""
+        body = codecs.BOM_UTF16_LE + "WEBVTT\n\n00:01.000 --> 00:02.000\nHi\n".encode("utf-16-le")
+        assert sniff_text_type(body, "/captions") == "text/vtt"
+
+
+class TestDeclaredTypes:
+    """Only the output schema's media types are taken; binary bodies never are."""
+
+    @pytest.mark.parametrize(
+        "declared",
+        ["application/octet-stream", "binary/octet-stream", "image/png", "application/json"],
+    )
+    def test_types_outside_the_schema(self, declared: str) -> None:
+        """A type outside the schema's enum is refused even for a plain WebVTT body."""
+        refused(declared, b"WEBVTT\n\n00:01.000 --> 00:02.000\nHi\n", "/c.vtt")
+
+    @pytest.mark.parametrize("declared", sorted(ALLOWED_MIME_TYPES) + [None])
+    def test_binary_whatever_the_label(self, declared: str | None) -> None:
+        """Random bytes are refused under every accepted type, and with none."""
+        refused(declared, RANDOM)
+        refused(declared, RANDOM_NO_NUL)
+
+    @pytest.mark.parametrize("declared", sorted(ALLOWED_MIME_TYPES))
+    def test_text_keeps_its_declared_type(self, declared: str) -> None:
+        assert media_type(declared, PROSE.encode(), "/x") == declared
+
+    @pytest.mark.parametrize(
+        ("body", "path", "expected"),
+        [
+            (b"<!DOCTYPE html><html></html>", "/a", "text/html"),
+            (b"WEBVTT\n\n00:00.000 --> 00:01.000\nhi\n", "/a", "text/vtt"),
+            (b"1\n00:00:01,000 --> 00:00:02,000\nhi\n", "/a", "application/x-subrip"),
+            (b"just some words", "/a", "text/plain"),
+            (b"1\n", "/cap.srt", "application/x-subrip"),
+        ],
+    )
+    def test_no_type_is_sniffed(self, body: bytes, path: str, expected: str) -> None:
+        """Only a body served without any Content-Type is sniffed."""
+        assert media_type(None, body, path) == expected
