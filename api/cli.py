@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -23,12 +26,34 @@ def _configure_logging() -> None:
     logs.configure(settings.log_level, settings.log_json)
 
 
+def _interruptible() -> None:
+    """Let Ctrl-C stop this command even if it was started with SIGINT ignored (a script's
+    `cmd &` or `trap '' INT`): Python then never installs its handler, so the signal would be
+    dropped. Stopping is always safe here: re-running the same command resumes."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextmanager
+def _database_errors() -> Iterator[None]:
+    """A database that cannot be used is one line on stderr and exit 1, not a long traceback
+    (the driver's first line names the host and the cause, never the password)."""
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        yield
+    except OperationalError as exc:
+        cause = str(exc.orig or exc).strip().splitlines()[0]
+        typer.echo(f"error: cannot use the database (EVIDENCE_DATABASE_URL): {cause}", err=True)
+        raise typer.Exit(1) from None
+
+
 @app.command()
 def migrate() -> None:
     """Apply the Alembic migrations to EVIDENCE_DATABASE_URL."""
     from worker.store.migrate import upgrade
 
-    upgrade()
+    with _database_errors():
+        upgrade()
     typer.echo("database is at the latest migration")
 
 
@@ -135,9 +160,10 @@ def keys_create(
     from worker import clock
     from worker.store import db
 
-    secret = db.with_transient_retry(
-        lambda s: create_key(s, list(workspace), list(scope), clock.now())
-    )
+    with _database_errors():
+        secret = db.with_transient_retry(
+            lambda s: create_key(s, list(workspace), list(scope), clock.now())
+        )
     typer.echo(f"created a key for {len(workspace)} workspace(s); it is shown only once:", err=True)
     typer.echo(secret)
 
@@ -180,6 +206,8 @@ def enqueue(
 ) -> None:
     """Submit a batch of URLs; re-running the same file resumes without duplicates."""
     from api.batch.enqueue import EnqueueOptions, run_enqueue
+
+    _interruptible()
 
     options = EnqueueOptions(
         file=file,

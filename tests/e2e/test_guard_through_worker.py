@@ -7,6 +7,7 @@ must stay bounded while it digests a 1 GiB decompression bomb.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ def _mount(site: TLSSite) -> list[Case]:
     six = hostile.redirect_chain(site, f"{P}/six", 6, ARTICLE)
     loop = hostile.redirect_loop(site, f"{P}/loop")
     site.add(f"{P}/to-http", hostile.redirect(f"http://127.0.0.1:{site.port}/"))
-    site.add(f"{P}/to-metadata", hostile.redirect("https://169.254.169.254/latest/meta-data/"))
+    site.add(f"{P}/to-metadata", hostile.redirect(_metadata_url(site)))
     site.add(f"{P}/to-port", hostile.redirect("https://127.0.0.1:1/"))
     return [
         Case("401-access-denied", f"{P}/401", "blocked", "access_denied"),
@@ -80,6 +81,12 @@ def _mount(site: TLSSite) -> list[Case]:
         Case("redirect-to-metadata-unsafe", f"{P}/to-metadata", "blocked", "unsafe_url"),
         Case("redirect-to-other-port-unsafe", f"{P}/to-port", "blocked", "unsafe_url"),
     ]
+
+
+def _metadata_url(site: TLSSite) -> str:
+    """The cloud metadata service on a port the worker may dial (the site's own), so the port
+    rule lets it through and only the address rule can refuse it."""
+    return f"https://169.254.169.254:{site.port}/latest/meta-data/"
 
 
 def _url(site: TLSSite, path: str) -> str:
@@ -128,6 +135,28 @@ class TestGuardOutcomes:
         assert len(result["text"]) <= 20_000
         if case.status in ("blocked", "unsupported", "unavailable"):
             assert result["text"] == "" and retrieval["evidence"] is None
+
+    def test_metadata_redirect_refused_by_the_address_rule(
+        self,
+        outcomes: dict[str, tuple[Case, dict[str, Any], float]],
+        services: object,
+        site: TLSSite,
+    ) -> None:
+        """The redirect to the metadata service passes the URL checks (scheme, port, host form);
+        the worker logs that the metadata address rule refused it, for that retrieval."""
+        from worker.fetch.guard import ParsedTarget, check_url
+        from worker.settings import get_settings
+
+        target = check_url(_metadata_url(site), get_settings().fetch_allowed_ports)
+        assert isinstance(target, ParsedTarget), target
+        _, retrieval, _ = outcomes["redirect-to-metadata-unsafe"]
+        refusals = [
+            record
+            for record in _log_records(services.worker.log())  # type: ignore[attr-defined]
+            if record.get("retrieval_id") == retrieval["id"]
+            and record.get("event") == "egress_refused"
+        ]
+        assert [r["rule"] for r in refusals] == ["169.254.169.254 is cloud metadata"], refusals
 
     @pytest.mark.parametrize("path", ["/drip", "/stall", "/stall-body"])
     def test_slow_servers_end_at_the_fetch_deadline(
@@ -203,6 +232,18 @@ class TestWorkerMemory:
         assert done["result"]["reason"] == "response_too_large"
         peaks = [_peak_rss_mib(pid) for pid in services.worker.children()]  # type: ignore[attr-defined]
         assert peaks and max(peaks) < 400, peaks
+
+
+def _log_records(log: str) -> list[dict[str, Any]]:
+    """The JSON records of a worker's log (its banner and any torn line are skipped)."""
+    records = []
+    for line in log.splitlines():
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+    return records
 
 
 def _peak_rss_mib(pid: int) -> float:

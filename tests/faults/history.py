@@ -34,6 +34,7 @@ class Op:
     status: int | None
     body: dict[str, Any] | None
     at: float
+    retry_after: str | None = None
 
 
 @dataclass
@@ -53,7 +54,8 @@ class History:
             self._append(Op(action, key, None, None, time.monotonic()))
             return None
         payload = response.json() if response.content else None
-        self._append(Op(action, key, response.status_code, payload, time.monotonic()))
+        retry_after = response.headers.get("Retry-After")
+        self._append(Op(action, key, response.status_code, payload, time.monotonic(), retry_after))
         return response
 
     def _append(self, op: Op) -> None:
@@ -116,11 +118,16 @@ class History:
         return rows
 
     def _check_codes(self) -> None:
-        """I4: every answer is in the contract's set; 503s carry Retry-After (checked by Api)."""
+        """I4: every answer is in the contract's set; a 503 is the `upstream_unavailable`
+        envelope with a Retry-After of whole seconds (>= 1), so a client knows when to retry."""
         for op in self.ops:
             assert op.status is None or op.status in ALLOWED_CODES, op
             if op.body is not None:
                 assert not LEAK_PATTERNS.search(str(op.body)), op
+            if op.status == 503:
+                assert op.body is not None and op.body["error"]["code"] == "upstream_unavailable"
+                assert op.retry_after is not None and op.retry_after.isdigit(), op
+                assert int(op.retry_after) >= 1, op
 
     def _check_one_per_mutation(self, rows: list[Retrieval]) -> None:
         """I2: one row per mutation_id; every 2xx for it named the same retrieval."""

@@ -1,26 +1,36 @@
 """Faults injected against the real services; every test ends by checking the invariants.
 
 I1 nothing stuck, I2 one retrieval per mutation, I3 one revision per distinct content,
-I4 no 500 and nothing leaked, I5 every accepted request settled, within max_attempts, once.
+I4 no 500, nothing leaked, every 503 with Retry-After, I5 every accepted request settled,
+within max_attempts, once.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import signal
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from tests.conftest import Env, Services
 from tests.faults.history import History
+from tests.support import hostile
 from tests.support.factories import body
-from tests.support.services import Process, wait_for
+from tests.support.pages import article
+from tests.support.services import POSTGRES_ADMIN_URL, Process, wait_for
+from tests.support.tls_site import TLSSite
 
 
 def submit(history: History, urls: list[str]) -> list[str]:
@@ -52,6 +62,20 @@ def attempt_of(retrieval_id: str) -> int:
         return row.attempt
 
 
+def logged(log: str, retrieval_id: str, *events: str) -> dict[str, Any] | None:
+    """The first JSON log record of one of `events` for `retrieval_id` in a worker's log."""
+    for line in log.splitlines():
+        if not line.startswith("{") or retrieval_id not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("event") in events and record.get("retrieval_id") == retrieval_id:
+            return record  # type: ignore[no-any-return]
+    return None
+
+
 def signal_children(services: Services, sig: int) -> list[int]:
     pids = services.worker.children()
     for pid in pids:
@@ -66,6 +90,24 @@ def pause_worker(services: Services) -> None:
 
 def resume_worker(services: Services) -> None:
     os.killpg(services.worker.pid, signal.SIGCONT)
+
+
+@contextmanager
+def database_refusing_connections(name: str) -> Iterator[None]:
+    """PostgreSQL refuses new connections to `name` and cuts the open ones (as while it restarts
+    or fails over), until the block ends."""
+    import psycopg
+
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        try:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (name,),
+            )
+            yield
+        finally:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
 
 
 def assert_survived(services: Services) -> None:
@@ -127,11 +169,26 @@ class TestWorkerDeath:
         assert rows[0].attempt in (1, 2)
 
     def test_paused_worker_past_lease_is_fenced(
-        self, history: History, services: Services, env: Env, pages, max_attempts: int
+        self, history: History, services: Services, env: Env, site: TLSSite, max_attempts: int
     ) -> None:
-        """SIGSTOP past the lease: another worker re-runs it; the zombie's settle is refused."""
-        (rid,) = submit(history, [pages(slow_seconds=2)])
+        """SIGSTOP past the lease; the zombie (attempt 1) wakes while attempt 2 is still
+        fetching, so the row is `running` and only the attempt fence refuses its settle."""
+        deliveries = itertools.count(1)
+        served: list[int] = []
+
+        def route(handler: BaseHTTPRequestHandler) -> None:
+            n = next(deliveries)
+            served.append(n)
+            page = article("Fenced", marker=f"delivery{n}").encode()
+            # Attempt 1 is paused mid-body; attempt 2 trickles 2.5 s (inside the 4 s fetch
+            # bound), time for the zombie to wake and try to settle while attempt 2 runs.
+            seconds = 3.0 if n == 1 else 2.5
+            hostile.trickle(page, interval=seconds / 20, step=len(page) // 20 + 1)(handler)
+
+        url = site.add(f"/ft/zombie/{uuid.uuid4().hex}", route)
+        (rid,) = submit(history, [url])
         wait_running(history, rid)
+        wait_for(lambda: served, timeout=10)  # attempt 1 is mid-fetch
         pause_worker(services)
         helper = Process(
             ["worker", "--concurrency", "1", "--hostname", f"helper-{uuid.uuid4().hex[:6]}@%h"],
@@ -139,15 +196,24 @@ class TestWorkerDeath:
         ).start()
         try:
             try:
-                wait_for(lambda: attempt_of(rid) == 2, timeout=40)
-                wait_for(lambda: state_of(history, rid) == "completed", timeout=30)
+                wait_for(lambda: len(served) >= 2, timeout=40)  # attempt 2 is mid-fetch
             finally:
                 resume_worker(services)
-            time.sleep(3)  # the zombie wakes, finishes its fetch and tries to settle attempt 1
+            assert attempt_of(rid) == 2
+            late = wait_for(
+                lambda: logged(services.worker.log(), rid, "settled", "settle_fenced"), timeout=10
+            )
+            assert late["event"] == "settle_fenced", f"the zombie's settle was accepted: {late}"
+            wait_for(lambda: state_of(history, rid) == "completed", timeout=30)
         finally:
             helper.stop()
+        settled = logged(helper.log(), rid, "settled")
+        assert late["attempt"] == 1 and settled is not None and settled["attempt"] == 2
+        # Refused before attempt 2 settled: the state alone would have let it through.
+        assert late["timestamp"] < settled["timestamp"], (late, settled)
         rows = history.check(max_attempts)
         assert rows[0].state == "completed" and rows[0].attempt == 2
+        assert "delivery2" in rows[0].result["text"] and "delivery1" not in rows[0].result["text"]
 
 
 class TestBrokerFaults:
@@ -277,17 +343,20 @@ class TestDatabaseFaults:
         from worker.store import db
 
         stop = threading.Event()
+        terminated: list[int] = []
 
         def terminate() -> None:
             while not stop.is_set():
                 with db.get_engine().connect() as conn:
-                    conn.execute(
+                    killed = conn.execute(
                         sa.text(
-                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) "
+                            "FROM pg_stat_activity "
                             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
                         )
-                    )
+                    ).scalar_one()
                     conn.commit()
+                terminated.append(killed)
                 time.sleep(0.3)
 
         killer = threading.Thread(target=terminate, daemon=True)
@@ -300,10 +369,36 @@ class TestDatabaseFaults:
         finally:
             stop.set()
             killer.join(5)
+        # The fault happened: backends of this database (the API's, the workers') were cut.
+        assert sum(terminated) >= 1, f"no backend was terminated in {len(terminated)} rounds"
         rows = history.check(max_attempts, settle_timeout=90)
         assert rows, "nothing was accepted"
         codes = {op.status for op in history.ops if op.action == "post"}
         assert codes <= {202, 503}, codes
+
+    def test_database_refusing_connections_answers_503_with_retry_after(
+        self, history: History, env: Env, services: Services, pages, max_attempts: int
+    ) -> None:
+        """While the database refuses connections, POSTs and GETs are 503 upstream_unavailable
+        with Retry-After (checked over the history), never 500; the same POSTs, retried once it
+        is back, are accepted and settle, and no service process exited."""
+        if env.db_kind != "postgres":
+            pytest.skip("refusing connections is a PostgreSQL fault")
+        assert env.db_name is not None
+        (known,) = submit(history, [pages()])
+        history.wait_settled(30)
+        payloads = [body(pages(), history.workspace) for _ in range(5)]
+        with database_refusing_connections(env.db_name):
+            for payload in payloads:
+                history.post(payload)
+            history.get(known)
+        assert [op.status for op in history.ops[-6:]] == [503] * 6, history.ops[-6:]
+        for payload in payloads:
+            again = history.post(payload)
+            assert again is not None and again.status_code == 202, again
+        rows = history.check(max_attempts)
+        assert len(rows) == 6 and all(r.state == "completed" for r in rows)
+        assert_survived(services)
 
 
 class TestExpiryAndCancel:

@@ -116,23 +116,34 @@ class TestWaitAndOut:
 class TestResume:
     """Interrupting a run and running it again: every line exactly once."""
 
+    @pytest.mark.parametrize("sigint", ["default", "ignored"])
     def test_interrupted_run_resumes_without_duplicates(
-        self, live_api: LiveApi, tenant: tuple[uuid.UUID, str], site: TLSSite, tmp_path: Path
+        self,
+        live_api: LiveApi,
+        tenant: tuple[uuid.UUID, str],
+        site: TLSSite,
+        tmp_path: Path,
+        sigint: str,
     ) -> None:
-        """SIGINT mid-batch exits 130; the re-run reports the first ones known, creates the rest."""
+        """SIGINT mid-batch exits 130 at once, also when started with SIGINT ignored (as a
+        script's `cmd &` or `trap '' INT` leaves it); the re-run reports the first ones known
+        and creates the rest."""
         workspace, key = tenant
         # Addresses outside the egress allowance settle at once as unsafe_url, without a fetch.
         urls = [f"https://127.0.0.2:{site.port}/resume/{n}" for n in range(150)]
         path = tmp_file(tmp_path, "big.txt", urls)
         args = command(live_api, workspace, path, "--concurrency", "2")
         env = {**os.environ, "EVIDENCE_API_KEY": key}
+        # A shell that ignores SIGINT, then execs the command: it inherits SIG_IGN.
+        start = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *args] if sigint == "ignored" else args
         first = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            start, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         try:
             wait_for(lambda: len(rows(workspace)) >= 10, timeout=60, interval=0.02)
             first.send_signal(signal.SIGINT)
-            _, stderr = first.communicate(timeout=30)
+            # Generous: interrupted, it stops within a second; ignoring SIGINT, it never would.
+            _, stderr = first.communicate(timeout=15)
         finally:
             if first.poll() is None:
                 first.kill()

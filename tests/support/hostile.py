@@ -278,19 +278,28 @@ TEST_HOSTS: dict[str, list[str]] = {
 
 #: The only network tests may reach (the TLSSite binds 127.0.0.1).
 TEST_ALLOW_CIDRS = ["127.0.0.1/32"]
-#: Redis database reserved for these tests (flushed by them, nothing else).
-TEST_REDIS_URL = "redis://127.0.0.1:6379/15"
+#: Database of the session's redis-server reserved for the fetch tests (flushed by them; the
+#: session's broker and worker use database 0).
+TEST_REDIS_DB = 15
+
+
+def private_redis_url(db: int = TEST_REDIS_DB) -> str:
+    """A database on this session's own redis-server, never the machine's shared one: two test
+    runs on one machine must not flush or read each other's politeness state."""
+    from tests.conftest import ENV
+
+    return f"redis://127.0.0.1:{ENV.redis.port}/{db}"
 
 
 def fetch_settings(ports: list[int], **overrides: object) -> object:
-    """Settings for fetch tests: only 127.0.0.1 allowed, short bounds, robots off, Redis db 15."""
+    """Settings for fetch tests: only 127.0.0.1 allowed, short bounds, robots off, private Redis."""
     from worker.settings import Settings
 
     values: dict[str, object] = {
         "egress_allow_cidrs": TEST_ALLOW_CIDRS,
         "fetch_allowed_ports": ports,
         "robots_txt": False,
-        "redis_url": TEST_REDIS_URL,
+        "redis_url": private_redis_url(),
         "fetch_connect_timeout_seconds": 2.0,
         "fetch_read_timeout_seconds": 2.0,
         "fetch_total_timeout_seconds": 5.0,

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import hostile
 from tests.support.schemas import validate_result
 from tests.support.tls_site import Page, TLSSite
 from worker.content import decoding, markup
@@ -85,7 +86,7 @@ def _settings(site: TLSSite, tmp: Path, **extra: Any) -> Settings:
         ca_bundle=site.write_ca(tmp / "ca.pem"),
         fetch_allowed_ports=[site.port],
         robots_txt=False,
-        redis_url="redis://127.0.0.1:6379/14",
+        redis_url=hostile.private_redis_url(14),
         **extra,
     )
 

@@ -6,10 +6,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
 
+from tests.conftest import ENV
 from tests.support import hostile
 from tests.support.tls_site import TLSSite
 from worker.fetch.fetcher import Fetcher
@@ -22,7 +24,7 @@ UNREACHABLE_REDIS = "redis://127.0.0.1:1/15"
 
 @pytest.fixture(autouse=True)
 def _clean_redis() -> Iterator[None]:
-    client = redis.Redis.from_url(hostile.TEST_REDIS_URL)
+    client = redis.Redis.from_url(hostile.private_redis_url())
     client.flushdb()
     yield
     client.flushdb()
@@ -53,6 +55,13 @@ def make(site: TLSSite, tmp_path: Path) -> Iterator[Any]:
     yield build
     for fetcher in made:
         fetcher.close()
+
+
+def test_fetch_tests_use_this_runs_own_redis() -> None:
+    """The fetch tests flush their Redis database: it is on this run's own redis-server, so two
+    runs on one machine (or the machine's services) never lose each other's state."""
+    settings = hostile.fetch_settings([443])
+    assert urlsplit(settings.politeness_redis_url).port == ENV.redis.port  # type: ignore[attr-defined]
 
 
 def failure_of(fetcher: Fetcher, url: str) -> FetchFailure:
@@ -94,13 +103,13 @@ class TestBackoff:
 
     def test_other_hosts_unaffected(self, site: TLSSite, make: Any) -> None:
         """A back-off on one origin does not touch another."""
-        state = SharedState(hostile.TEST_REDIS_URL)
+        state = SharedState(hostile.private_redis_url())
         Politeness(state).record_backoff("https://example.org:443", 100)
         assert make().fetch(site.url("/ok")).body == b"<p>ok</p>"
 
     def test_never_shortened(self) -> None:
         """A shorter Retry-After does not cut an existing longer back-off."""
-        politeness = Politeness(SharedState(hostile.TEST_REDIS_URL))
+        politeness = Politeness(SharedState(hostile.private_redis_url()))
         politeness.record_backoff("https://h:443", 100)
         politeness.record_backoff("https://h:443", 5)
         remaining = politeness.backoff_remaining("https://h:443")
@@ -112,7 +121,7 @@ class TestSlots:
 
     def test_full_host_waits_then_rate_limited(self, site: TLSSite, make: Any) -> None:
         """With every slot taken, a fetch waits out its deadline and is rate_limited."""
-        politeness = Politeness(SharedState(hostile.TEST_REDIS_URL), per_host_limit=1)
+        politeness = Politeness(SharedState(hostile.private_redis_url()), per_host_limit=1)
         fetcher = make(politeness=politeness, fetch_total_timeout_seconds=0.5)
         origin = f"https://127.0.0.1:{site.port}"
         start = time.monotonic()
@@ -124,18 +133,18 @@ class TestSlots:
 
     def test_slot_released(self, site: TLSSite, make: Any) -> None:
         """Slots are given back after each fetch, success or failure."""
-        politeness = Politeness(SharedState(hostile.TEST_REDIS_URL), per_host_limit=1)
+        politeness = Politeness(SharedState(hostile.private_redis_url()), per_host_limit=1)
         fetcher = make(politeness=politeness)
         for _ in range(3):
             fetcher.fetch(site.url("/ok"))
         assert failure_of(fetcher, site.url("/missing")).reason is Reason.NOT_FOUND
-        client = redis.Redis.from_url(hostile.TEST_REDIS_URL)
+        client = redis.Redis.from_url(hostile.private_redis_url())
         assert client.zcard(f"evidence:slots:https://127.0.0.1:{site.port}") == 0
 
     def test_crashed_holder_expires(self) -> None:
         """A slot whose holder died is reclaimed after its lease."""
         politeness = Politeness(
-            SharedState(hostile.TEST_REDIS_URL), per_host_limit=1, slot_lease_seconds=0.3
+            SharedState(hostile.private_redis_url()), per_host_limit=1, slot_lease_seconds=0.3
         )
         assert politeness._acquire("evidence:slots:x", "dead-holder")
         assert not politeness._acquire("evidence:slots:x", "waiting")

@@ -126,7 +126,7 @@ class TestMatching:
 
 @pytest.fixture(autouse=True)
 def _clean_redis() -> Iterator[None]:
-    client = redis.Redis.from_url(hostile.TEST_REDIS_URL)
+    client = redis.Redis.from_url(hostile.private_redis_url())
     client.flushdb()
     yield
     client.flushdb()

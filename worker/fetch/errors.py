@@ -18,11 +18,14 @@ from email.utils import parsedate_to_datetime
 import brotli
 import httpcore
 import httpx
+import structlog
 
 from worker.content.decoding import encoding_name, sniff_bom
 from worker.fetch.egress import EgressBlocked, ResolutionFailed
 from worker.fetch.types import FetchFailure
 from worker.reasons import Reason
+
+log = structlog.get_logger(__name__)
 
 #: Retry-After used when the header is absent or unparseable, in seconds.
 DEFAULT_RETRY_AFTER_SECONDS = 60
@@ -96,8 +99,11 @@ def map_fetch_errors(trail: Trail) -> Iterator[None]:
     except FetchFailure as failure:
         if failure.source_url is None:
             failure.source_url = trail.responded_url
+        if failure.reason is Reason.UNSAFE_URL:
+            _log_refusal(failure.detail)
         raise
     except EgressBlocked as exc:
+        _log_refusal(str(exc))
         raise FetchFailure(Reason.UNSAFE_URL, str(exc), trail.responded_url) from exc
     except ResolutionFailed as exc:
         raise FetchFailure(Reason.EGRESS_UNAVAILABLE, f"DNS: {exc}", trail.responded_url) from exc
@@ -115,6 +121,13 @@ def map_fetch_errors(trail: Trail) -> Iterator[None]:
         raise FetchFailure(Reason.UNAVAILABLE, detail, trail.responded_url) from exc
     except httpx.InvalidURL as exc:
         raise FetchFailure(Reason.UNSAFE_URL, str(exc), trail.responded_url) from exc
+
+
+def _log_refusal(rule: str) -> None:
+    """Say which guard rule refused a target (the result only says `unsafe_url`): an attempt at
+    a metadata service or a private network is worth an operator's attention. The rule names the
+    host or address, never the URL, whose query may carry tokens."""
+    log.warning("egress_refused", rule=rule)
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> int:
