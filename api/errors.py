@@ -61,12 +61,14 @@ def envelope(
     return {"error": error}
 
 
-def error_response(error: ApiError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+def error_response(error: ApiError, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    extra = dict(headers or {})
+    if error.status == 401:
+        extra["WWW-Authenticate"] = "Bearer"
     return JSONResponse(
         envelope(error.code, error.message, error.field, error.details),
         status_code=error.status,
-        headers=headers,
+        headers=extra or None,
     )
 
 
@@ -77,6 +79,10 @@ def unavailable_response() -> JSONResponse:
         status_code=503,
         headers={"Retry-After": str(retry_after)},
     )
+
+
+#: Where FastAPI found a bad value: the first item of its errors' `loc`, not part of the field.
+_LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 
 
 def _field_of(loc: tuple[Any, ...], error_type: str) -> str | None:
@@ -112,7 +118,12 @@ def validation_error(errors: Sequence[Mapping[str, Any]]) -> ApiError:
 
 
 async def _on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-    return error_response(validation_error(exc.errors()))
+    # A bad query parameter was named "query" (its location), not "revision".
+    errors = [
+        {**e, "loc": tuple(e["loc"])[1:]} if e.get("loc") and e["loc"][0] in _LOCATIONS else e
+        for e in exc.errors()
+    ]
+    return error_response(validation_error(errors))
 
 
 async def _on_api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -123,8 +134,9 @@ async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
     if exc.status_code == 404:
         return error_response(not_found())
     if exc.status_code == 405:
-        return error_response(ApiError(405, "invalid_input", "method not allowed"))
-    return error_response(ApiError(exc.status_code, "invalid_input", str(exc.detail)))
+        # Starlette puts the path's methods in `Allow`, which RFC 9110 requires on a 405.
+        return error_response(ApiError(405, "invalid_input", "method not allowed"), exc.headers)
+    return error_response(ApiError(exc.status_code, "invalid_input", str(exc.detail)), exc.headers)
 
 
 async def _on_database(_: Request, exc: Exception) -> JSONResponse:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -36,6 +37,16 @@ def _uuid(value: str) -> str:
     return value
 
 
+def _integral(value: Any) -> Any:
+    """JSON has one kind of number: 2.0 is the integer 2, as JSON Schema's `integer` says."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: Accepts 2.0 for an integer field (strict models refuse it otherwise; strings stay refused).
+#: It goes after a field's bounds, so they stay in the field's JSON Schema.
+INTEGRAL = BeforeValidator(_integral)
 Url = Annotated[str, StringConstraints(max_length=2048), AfterValidator(_uri)]
 UuidText = Annotated[str, AfterValidator(_uuid)]
 Language = Annotated[str, StringConstraints(min_length=1, max_length=35, pattern=LANGUAGE_PATTERN)]
