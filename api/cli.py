@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from worker.settings import get_settings
+from worker.settings import flower_logins, get_settings
 
 app = typer.Typer(help="Evidence retrieval service.", no_args_is_help=True, add_completion=False)
 keys_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
@@ -122,12 +122,15 @@ def flower(
     address: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
 ) -> None:
     """Run Flower with basic auth from EVIDENCE_FLOWER_BASIC_AUTH."""
+    auth = get_settings().flower_basic_auth
+    try:
+        flower_logins(auth)
+    except ValueError as exc:
+        message = f"EVIDENCE_FLOWER_BASIC_AUTH is not usable: {exc}. Flower was not started."
+        typer.echo(message, err=True)
+        raise typer.Exit(2) from None
     from worker.jobs.celery_app import app as celery
 
-    auth = get_settings().flower_basic_auth
-    if not auth or ":" not in auth:
-        typer.echo("EVIDENCE_FLOWER_BASIC_AUTH must be set to user:password", err=True)
-        raise typer.Exit(2)
     celery.start(["flower", f"--port={port}", f"--address={address}", f"--basic-auth={auth}"])
 
 

@@ -61,12 +61,14 @@ def envelope(
     return {"error": error}
 
 
-def error_response(error: ApiError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+def error_response(error: ApiError, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    extra = dict(headers or {})
+    if error.status == 401:
+        extra["WWW-Authenticate"] = "Bearer"
     return JSONResponse(
         envelope(error.code, error.message, error.field, error.details),
         status_code=error.status,
-        headers=headers,
+        headers=extra or None,
     )
 
 
@@ -127,8 +129,9 @@ async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
     if exc.status_code == 404:
         return error_response(not_found())
     if exc.status_code == 405:
-        return error_response(ApiError(405, "invalid_input", "method not allowed"))
-    return error_response(ApiError(exc.status_code, "invalid_input", str(exc.detail)))
+        # Starlette puts the path's methods in `Allow`, which RFC 9110 requires on a 405.
+        return error_response(ApiError(405, "invalid_input", "method not allowed"), exc.headers)
+    return error_response(ApiError(exc.status_code, "invalid_input", str(exc.detail)), exc.headers)
 
 
 async def _on_database(_: Request, exc: Exception) -> JSONResponse:

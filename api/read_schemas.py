@@ -7,13 +7,15 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from api.schemas import Kind, Language, UuidText
+from api.schemas import INTEGRAL, Kind, Language, UuidText
 
 #: JSON's largest safe integer, the schemas' bound on revision numbers.
 MAX_SAFE_INTEGER = 9_007_199_254_740_991
-Revision = Annotated[int, Field(gt=0, le=MAX_SAFE_INTEGER)]
+Revision = Annotated[int, Field(gt=0, le=MAX_SAFE_INTEGER), INTEGRAL]
 Query = Annotated[str, StringConstraints(min_length=1, max_length=1_000)]
-OpaqueId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+#: No upper bound: the contract's get_chunk and get_image schemas set none (a long id is a miss;
+#: the body size limit bounds it).
+OpaqueId = Annotated[str, StringConstraints(min_length=1)]
 
 
 class _Strict(BaseModel):
@@ -32,7 +34,7 @@ class ChunkSearchRequest(_InWorkspace):
     """Body of `POST /research-api/chunks/search` (research_chunk_search)."""
 
     query: Query
-    limit: Annotated[int, Field(ge=1, le=50)] = 10
+    limit: Annotated[int, Field(ge=1, le=50), INTEGRAL] = 10
     kind: Kind | None = None
     language: Language | None = None
 
@@ -49,7 +51,7 @@ class ImageSearchRequest(_InWorkspace):
     """Body of `POST /research-api/images/search` (research_image_search)."""
 
     query: Query
-    limit: Annotated[int, Field(ge=1, le=50)] = 10
+    limit: Annotated[int, Field(ge=1, le=50), INTEGRAL] = 10
 
 
 class ImageGetRequest(BaseModel):

@@ -46,6 +46,16 @@ def _uuid_param(value: object) -> object:
     return _uuid(value) if isinstance(value, str) else value
 
 
+def _integral(value: Any) -> Any:
+    """JSON has one kind of number: 2.0 is the integer 2, as JSON Schema's `integer` says."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: Accepts 2.0 for an integer field (strict models refuse it otherwise; strings stay refused).
+#: It goes after a field's bounds, so they stay in the field's JSON Schema.
+INTEGRAL = BeforeValidator(_integral)
 Url = Annotated[str, StringConstraints(max_length=2048), AfterValidator(_uri)]
 UuidText = Annotated[str, AfterValidator(_uuid)]
 #: A path parameter holding an id.

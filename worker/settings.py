@@ -139,6 +139,29 @@ class Settings(BaseSettings):
         return self.redis_url or self.broker_url
 
 
+def flower_logins(value: str | None) -> list[tuple[str, str]]:
+    """The (user, password) pairs of EVIDENCE_FLOWER_BASIC_AUTH, or ValueError saying what is wrong.
+
+    Flower takes `user:password`, several separated by commas, and lets in whoever sends one of
+    them: an entry with an empty password (`admin:`, `:`) would let anyone in who knows the user
+    name. The message never repeats the value, which holds the passwords.
+    """
+    if not value:
+        raise ValueError("it is not set; set it to user:password")
+    logins = []
+    for number, entry in enumerate(value.split(","), start=1):
+        user, colon, password = entry.partition(":")
+        where = f"login {number}" if "," in value else "the login"
+        if not colon:
+            raise ValueError(f"{where} has no ':'; write user:password")
+        if not user.strip():
+            raise ValueError(f"{where} has an empty user name")
+        if not password.strip():
+            raise ValueError(f"{where} has an empty password")
+        logins.append((user, password))
+    return logins
+
+
 @lru_cache
 def get_settings() -> Settings:
     """Return the process-wide settings (cached; tests clear the cache after changing env)."""

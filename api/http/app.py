@@ -6,9 +6,10 @@ from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from api import errors
-from api.http import metrics
+from api.http import metrics, openapi
 from api.http.body_limit import BodyLimit
 from api.http.middleware import RequestMetrics
 from api.http.routes import briefs, chunks, evidence, health, images, retrievals
@@ -34,17 +35,33 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     yield
 
 
+DESCRIPTION = """Fetch public pages and caption files into immutable evidence revisions, and
+search, cite and brief on them.
+
+Every protected route takes an API key as `Authorization: Bearer <key>`. Every error is the
+envelope `{"error": {"code", "message", "field"?, "details"?}}`; branch on `code`. Request and
+response bodies are the contract's JSON Schemas (worker/contract). Bodies are closed (unknown
+fields are refused with 400) except those of `chunks/get` and `images/get`, whose contract
+schemas allow unknown fields; they are ignored there. A method a path does not serve is 405
+with `Allow` and the envelope."""
+
+
 def create_app() -> FastAPI:
     """Build the app: routes, the error envelope, request metrics and /metrics."""
-    app = FastAPI(
+    # /docs and /redoc load Swagger UI's and ReDoc's files from this app (fastapi-offline ships
+    # them), not from a CDN: without internet they were blank pages.
+    app = FastAPIOffline(
         title="Evidence retrieval service",
         version="0.1.0",
-        description="Fetch public pages and caption files into immutable evidence revisions.",
+        description=DESCRIPTION,
         lifespan=lifespan,
+        # Swagger UI would otherwise send the document to an online validator for its badge.
+        swagger_ui_parameters={"validatorUrl": None},
     )
     errors.install(app)
     # Added first, so it runs inside the request metrics: refused bodies are counted too.
     app.add_middleware(BodyLimit)
+    openapi.install(app)
     app.add_middleware(RequestMetrics)
     app.include_router(health.router)
     app.include_router(retrievals.router)

@@ -6,7 +6,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Header
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -44,7 +45,21 @@ def _authenticate(authorization: str | None) -> Principal:
         return authenticate(session, authorization)
 
 
-async def _principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
+#: The Bearer scheme as the OpenAPI document names it. It only declares the scheme: the header
+#: is checked below, so a missing or malformed one is the envelope's 401, not FastAPI's 403.
+BEARER_SCHEME = "bearer"
+bearer = HTTPBearer(
+    scheme_name=BEARER_SCHEME,
+    bearerFormat="evk_…",
+    description="An API key from `evidence keys create`, sent as `Authorization: Bearer <key>`.",
+    auto_error=False,
+)
+
+
+async def _principal(
+    request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+) -> Principal:
+    authorization = request.headers.get("authorization")
     # A key verified in the last few seconds is answered in the event loop; only a cache miss
     # costs a worker thread and a database read (each thread hop costs about as much CPU as
     # the read itself, and the retrieval routes are polled hundreds of times a second).

@@ -20,7 +20,8 @@ UNMATCHED = "unmatched"
 def route_of(scope: Scope) -> str:
     """The matched route's template (bounded label values), or `unmatched`."""
     route = scope.get("route")
-    path = getattr(route, "path", None)
+    # The template without converters (`{evidence_id}`, not `{evidence_id:uuid}`).
+    path = getattr(route, "path_format", None) or getattr(route, "path", None)
     return path if isinstance(path, str) and path else UNMATCHED
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from api.auth import Principal
-from api.errors import invalid_input, not_found
+from api.errors import ApiError, invalid_input, not_found
 from api.read_schemas import (
     BriefArchiveRequest,
     BriefCreateRequest,
@@ -102,6 +102,20 @@ def get_brief(session: Session, principal: Principal, request: BriefGetRequest) 
     return {"brief": brief}
 
 
+def bad_evidence(exc: briefs.BadEvidence) -> ApiError:
+    """A citation of evidence the workspace does not hold: 409, as the request is well formed.
+
+    400 is for bodies that no stored state could make right; a citation is refused only
+    because of what is stored now (the same body succeeds once the evidence is retrieved), like
+    a stale `expected_revision`.
+    """
+    return invalid_input(
+        "each evidence reference must name an evidence revision of this workspace",
+        field=exc.field,
+        status=409,
+    )
+
+
 def _write(principal: Principal, workspace_id: uuid.UUID, brief_id: uuid.UUID, fn: Any) -> Any:
     """Run a brief write in its own transaction, translating the store's refusals."""
     principal.require(None)
@@ -112,10 +126,7 @@ def _write(principal: Principal, workspace_id: uuid.UUID, brief_id: uuid.UUID, f
     except briefs.BriefMissing:
         raise not_found("no such brief") from None
     except briefs.BadEvidence as exc:
-        raise invalid_input(
-            "each evidence reference must name an evidence revision of this workspace",
-            field=exc.field,
-        ) from None
+        raise bad_evidence(exc) from None
     except briefs.StaleRevision:
         raise invalid_input(
             "the brief has changed since expected_revision; read it and retry",
@@ -125,7 +136,9 @@ def _write(principal: Principal, workspace_id: uuid.UUID, brief_id: uuid.UUID, f
     except briefs.BriefArchived:
         raise invalid_input("the brief is archived", field="id", status=409) from None
     except briefs.UnknownRevision:
-        raise invalid_input("the brief has no such revision", field="revision") from None
+        raise invalid_input(
+            "the brief has no such revision", field="revision", status=409
+        ) from None
     return _read_written(workspace_id, brief_id, written if isinstance(written, int) else None)
 
 
@@ -149,10 +162,7 @@ def create_brief(principal: Principal, request: BriefCreateRequest) -> dict[str,
     try:
         db.with_transient_retry(_create)
     except briefs.BadEvidence as exc:
-        raise invalid_input(
-            "each evidence reference must name an evidence revision of this workspace",
-            field=exc.field,
-        ) from None
+        raise bad_evidence(exc) from None
     return _read_written(request.workspace, created[0], 1)
 
 

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from worker.clock import isoformat
-from worker.store.models import Evidence
+from worker.store.models import MAX_STORED_REVISION, Evidence
 from worker.store.read_models import Brief, BriefRevision
 
 B = Brief.__table__.c  # type: ignore[attr-defined]
@@ -136,6 +136,8 @@ def revise_brief(
     if current.archived:
         raise BriefArchived(str(brief_id))
     check_evidence(session, workspace_id, content)
+    if expected_revision >= MAX_STORED_REVISION:  # never the latest (nor is the one after it)
+        raise StaleRevision(str(brief_id))
     won = session.execute(
         sa.update(Brief)
         .where(
@@ -187,6 +189,8 @@ def read_brief(
     if brief is None:
         return None
     wanted = revision or brief.latest_revision
+    if wanted > MAX_STORED_REVISION:
+        return None
     row = session.get(BriefRevision, (brief_id, wanted))
     if row is None:
         return None

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from worker.store.models import Evidence, EvidenceRevision
+from worker.store.models import MAX_STORED_REVISION, Evidence, EvidenceRevision
 
 if TYPE_CHECKING:
     from worker.content.images import ImageRef
@@ -158,6 +158,8 @@ def get_revision(
     session: Session, evidence_id: uuid.UUID, revision: int | None
 ) -> EvidenceRevision | None:
     """One revision (the latest when `revision` is None)."""
+    if revision is not None and revision > MAX_STORED_REVISION:
+        return None
     stmt = sa.select(EvidenceRevision).where(R.evidence_id == evidence_id)
     stmt = stmt.where(R.revision == revision) if revision else stmt.order_by(R.revision.desc())
     return session.execute(stmt.limit(1)).scalar_one_or_none()

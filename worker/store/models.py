@@ -8,6 +8,10 @@ import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
 UTC_DATETIME = sa.DateTime(timezone=True)
+#: The largest revision number the INTEGER columns hold (PostgreSQL's is 32-bit). Callers may
+#: ask for revisions up to 2^53-1 (the contract's bound); larger than this none can exist, and
+#: binding one to an INTEGER comparison fails on PostgreSQL (it was answered as a 503).
+MAX_STORED_REVISION = 2**31 - 1
 
 
 class ApiKey(SQLModel, table=True):

@@ -22,7 +22,7 @@ def index_revision(
     images: Sequence[ImageRef] = (),
 ) -> None:
     """Give the item its report id, and store the revision's passages and images."""
-    reports.ensure_report(session, evidence_id)
+    reports.ensure_report(session, workspace_id, evidence_id)
     language = result["provenance"].get("language")
     chunks.record_chunks(
         session, workspace_id, evidence_id, revision, language, result["text"], result["segments"]

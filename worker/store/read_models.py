@@ -15,17 +15,35 @@ from worker.store.models import UTC_DATETIME
 
 
 class EvidenceReport(SQLModel, table=True):
-    """The stable integer id (`report_id`) of an evidence item."""
+    """The stable integer id (`report_id`) of an evidence item, numbered within its workspace.
+
+    Numbers come from the workspace's row in `workspace_report_counter`, so one workspace's ids
+    say nothing about how much the others store (migration 0003).
+    """
 
     __tablename__ = "evidence_report"
-    __table_args__ = {"sqlite_autoincrement": True}
+    __table_args__ = (
+        sa.UniqueConstraint("workspace_id", "report_id", name="uq_report_in_workspace"),
+    )
 
-    report_id: int | None = Field(
-        default=None, sa_column=sa.Column(sa.Integer, primary_key=True, autoincrement=True)
-    )
     evidence_id: uuid.UUID = Field(
-        sa_column=sa.Column(sa.Uuid, sa.ForeignKey("evidence.id"), nullable=False, unique=True)
+        sa_column=sa.Column(
+            sa.Uuid,
+            sa.ForeignKey("evidence.id", name="fk_evidence_report_evidence"),
+            primary_key=True,
+        )
     )
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    report_id: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+
+
+class WorkspaceReportCounter(SQLModel, table=True):
+    """The last report id a workspace handed out."""
+
+    __tablename__ = "workspace_report_counter"
+
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, primary_key=True))
+    last_report_id: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
 
 
 class EvidenceChunk(SQLModel, table=True):

@@ -1,4 +1,4 @@
-"""Evidence items as "reports": a stable integer id, and the columns every hit shows."""
+"""Evidence items as "reports": an integer id per workspace, and the columns hits show."""
 
 from __future__ import annotations
 
@@ -13,28 +13,53 @@ from sqlalchemy.orm import Session
 
 from worker.clock import as_utc
 from worker.store.models import Evidence, EvidenceRevision
-from worker.store.read_models import EvidenceReport
+from worker.store.read_models import EvidenceReport, WorkspaceReportCounter
 
 EVIDENCE: sa.Table = Evidence.__table__  # type: ignore[attr-defined]
 REVISION: sa.Table = EvidenceRevision.__table__  # type: ignore[attr-defined]
 REPORT: sa.Table = EvidenceReport.__table__  # type: ignore[attr-defined]
+COUNTER: sa.Table = WorkspaceReportCounter.__table__  # type: ignore[attr-defined]
 E, R, RP = EVIDENCE.c, REVISION.c, REPORT.c
 
 
+_REPORT_OF = sa.select(RP.report_id).where(RP.evidence_id == sa.bindparam("b_evidence_id"))
+_INSERT_REPORT = sa.insert(REPORT)
+
+
 @functools.cache
-def _insert_report(dialect: str) -> sa.Insert:
+def _next_report_id(dialect: str) -> sa.Insert:
+    """Bump the workspace's counter (creating it at 1) and return the new value.
+
+    The upsert takes the counter row's lock, so concurrent allocations in one workspace wait
+    for each other and each gets the next number (PostgreSQL re-reads the committed row under
+    READ COMMITTED); SQLite's writers already run one at a time. Other workspaces never wait.
+    """
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return (
-        insert(REPORT)
-        .values(evidence_id=sa.bindparam("b_evidence_id"))
-        .on_conflict_do_nothing(index_elements=["evidence_id"])
+    stmt = insert(COUNTER).values(workspace_id=sa.bindparam("b_workspace_id"), last_report_id=1)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["workspace_id"], set_={"last_report_id": COUNTER.c.last_report_id + 1}
     )
+    return stmt.returning(COUNTER.c.last_report_id)
 
 
-def ensure_report(session: Session, evidence_id: uuid.UUID) -> None:
-    """Give an evidence item its integer report id (once)."""
+def ensure_report(session: Session, workspace_id: uuid.UUID, evidence_id: uuid.UUID) -> int:
+    """The evidence item's report id, numbering it next in its workspace the first time.
+
+    Callers hold the item's row lock (`evidence_store.record` upserts it first), so two
+    writers of one item never both number it.
+    """
+    existing = session.execute(_REPORT_OF, {"b_evidence_id": evidence_id}).scalar_one_or_none()
+    if existing is not None:
+        return int(existing)
     dialect = session.bind.dialect.name  # type: ignore[union-attr]
-    session.execute(_insert_report(dialect), {"b_evidence_id": evidence_id})
+    report_id = int(
+        session.execute(_next_report_id(dialect), {"b_workspace_id": workspace_id}).scalar_one()
+    )
+    session.execute(
+        _INSERT_REPORT,
+        {"evidence_id": evidence_id, "workspace_id": workspace_id, "report_id": report_id},
+    )
+    return report_id
 
 
 def with_report(stmt: sa.Select[Any], table: sa.Table) -> sa.Select[Any]:

@@ -5,18 +5,22 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from api.http.deps import PrincipalDep, SessionDep
+from api.read_schemas import MAX_SAFE_INTEGER
 from api.schemas import UuidParam
 from api.services import retrievals
 
 router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
 
 
-@router.get("/{evidence_id}")
+# Only a UUID matches here, so `/retrieve` and `/retrievals` are not read as evidence ids: a
+# GET there is 405 (with `Allow`), not a 400 about a malformed id.
+@router.get("/{evidence_id:uuid}")
 def get_evidence(
     evidence_id: UuidParam,
     principal: PrincipalDep,
     session: SessionDep,
-    revision: Annotated[int | None, Query(ge=1)] = None,
+    # Bounded as revisions are everywhere: a larger integer overflowed SQLite's (a 500).
+    revision: Annotated[int | None, Query(ge=1, le=MAX_SAFE_INTEGER)] = None,
 ) -> dict[str, Any]:
     """One evidence revision (latest by default) and the list of its revisions."""
     return retrievals.read_evidence(session, principal, evidence_id, revision)
