@@ -33,13 +33,14 @@ ERRORS: dict[int, tuple[str, str, str]] = {
     404: ("not_found", "No such thing in the key's workspaces.", "NotFound"),
     409: ("invalid_input", "The request conflicts with what is stored.", "Conflict"),
     413: (
-        "payload_too_large",
+        "invalid_input",
         "The request body is larger than the API accepts.",
         "PayloadTooLarge",
     ),
     429: (
-        "rate_limited",
-        "Too many requests of this kind for this key; see Retry-After.",
+        "upstream_unavailable",
+        "Too many image fetches for this key at once (`details.reason` is `rate_limited`); "
+        "see Retry-After.",
         "TooManyRequests",
     ),
     500: ("internal", "An unexpected error; nothing about it is disclosed.", "InternalError"),

@@ -103,16 +103,10 @@ def get_brief(session: Session, principal: Principal, request: BriefGetRequest) 
 
 
 def bad_evidence(exc: briefs.BadEvidence) -> ApiError:
-    """A citation of evidence the workspace does not hold: 409, as the request is well formed.
-
-    400 is for bodies that no stored state could make right; a citation is refused only
-    because of what is stored now (the same body succeeds once the evidence is retrieved), like
-    a stale `expected_revision`.
-    """
+    """A citation of evidence the workspace does not hold: 400 naming the field (the contract)."""
     return invalid_input(
         "each evidence reference must name an evidence revision of this workspace",
         field=exc.field,
-        status=409,
     )
 
 

@@ -270,19 +270,15 @@ class TestBriefs:
     def test_evidence_references_are_checked(
         self, read: ReadApi, workspace: uuid.UUID, cited: list[dict]
     ) -> None:
-        """Citing an unknown evidence item or revision is 409 invalid_input naming the field.
-
-        The body is well formed; it conflicts with what the workspace holds (a malformed body,
-        such as an unknown field, is 400).
-        """
+        """Citing an unknown evidence item or revision is 400 invalid_input naming the field."""
         ws = str(workspace)
         unknown = [{"evidence_id": str(uuid.uuid4()), "revision": 1}]
         response = read.call("briefs/create", {"workspace_id": ws, "content": content(unknown)})
-        error = check_envelope(response, 409, "invalid_input")
+        error = check_envelope(response, 400, "invalid_input")
         assert error["field"] == "content.findings[0].evidence[0].evidence_id"
         future = [cited[0], {**cited[0], "revision": 9}]
         response = read.call("briefs/create", {"workspace_id": ws, "content": content(future)})
-        error = check_envelope(response, 409, "invalid_input")
+        error = check_envelope(response, 400, "invalid_input")
         assert error["field"] == "content.findings[0].evidence[1].revision"
         extra = content(cited) | {"tags": []}
         response = read.call("briefs/create", {"workspace_id": ws, "content": extra})
@@ -323,7 +319,7 @@ class TestWalls:
         check_envelope(other.call("briefs/get", moved), 404, "not_found")
         stolen = content([done["evidence"]])
         response = other.call("briefs/create", {"workspace_id": str(other_ws), "content": stolen})
-        error = check_envelope(response, 409, "invalid_input")
+        error = check_envelope(response, 400, "invalid_input")
         assert error["field"] == "content.findings[0].evidence[0].evidence_id"
 
     def test_scope_and_key_are_required(self, http: object, workspace: uuid.UUID) -> None:
