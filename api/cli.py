@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Annotated
 
+import structlog
 import typer
 
 from worker.settings import get_settings
@@ -74,6 +75,12 @@ def worker(
     argv = ["worker", "-Q", queues, "--concurrency", str(n), "-E", "--loglevel", settings.log_level]
     if hostname:
         argv += ["--hostname", hostname]
+    if settings.log_json:
+        # Celery prints its banner as plain text; the facts an operator needs are logged here.
+        argv.insert(0, "--quiet")
+        structlog.get_logger("evidence.worker").info(
+            "worker_starting", queues=queues, concurrency=n, hostname=hostname
+        )
     celery.worker_main(argv)
 
 
@@ -87,8 +94,12 @@ def beat(
     from worker.jobs.celery_app import app as celery
 
     _configure_logging()
+    settings = get_settings()
     os.makedirs(os.path.dirname(schedule) or ".", exist_ok=True)
-    celery.start(["beat", "--schedule", schedule, "--loglevel", get_settings().log_level])
+    argv = ["beat", "--schedule", schedule, "--loglevel", settings.log_level]
+    if settings.log_json:
+        argv.insert(0, "--quiet")  # the banner is plain text; beat logs "Starting..." itself
+    celery.start(argv)
 
 
 @app.command()
@@ -103,7 +114,17 @@ def flower(
     if not auth or ":" not in auth:
         typer.echo("EVIDENCE_FLOWER_BASIC_AUTH must be set to user:password", err=True)
         raise typer.Exit(2)
-    celery.start(["flower", f"--port={port}", f"--address={address}", f"--basic-auth={auth}"])
+    _configure_logging()
+    # --logging=none: tornado would otherwise add its own plain-text handler and set the level.
+    celery.start(
+        [
+            "flower",
+            f"--port={port}",
+            f"--address={address}",
+            f"--basic-auth={auth}",
+            "--logging=none",
+        ]
+    )
 
 
 @app.command()

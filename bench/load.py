@@ -525,7 +525,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         site.stop()
         drop_postgres_database(db_name)
         if args.keep:
-            print(f"logs and client records kept in {tmp}", file=sys.stderr)  # noqa: T201
+            print(f"logs and client records kept in {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -713,7 +713,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
             "its own queueing; use more --client-processes",
             markup=False,
         )
-    print(json.dumps({"rate": args.rate, "duration": args.duration, **result}))  # noqa: T201
+    print(json.dumps({"rate": args.rate, "duration": args.duration, **result}))
 
 
 def _stop_on_sigterm() -> None:

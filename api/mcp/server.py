@@ -116,7 +116,7 @@ async def call(
         return tool_error(
             "upstream_unavailable", "the database is unavailable; retry later", None, retry
         )
-    except Exception as exc:  # noqa: BLE001  (nothing internal reaches the client)
+    except Exception as exc:
         log.exception("mcp_tool_failed", tool=spec.name, error=type(exc).__name__)
         return tool_error("internal", "internal error")
 

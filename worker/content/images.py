@@ -101,8 +101,8 @@ def _is_credit(element: lxml.html.HtmlElement) -> bool:
 def _figcaption(figure: lxml.html.HtmlElement) -> tuple[str, str | None]:
     """The caption of a figure without its credit, and the credit."""
     captions = figure.xpath(".//figcaption")
-    credits = [el for el in figure.iter() if isinstance(el.tag, str) and _is_credit(el)]
-    credit = _text(" ".join(el.text_content() for el in credits), MAX_CREDIT_CHARS) or None
+    credit_elements = [el for el in figure.iter() if isinstance(el.tag, str) and _is_credit(el)]
+    credit = _text(" ".join(el.text_content() for el in credit_elements), MAX_CREDIT_CHARS) or None
     if not captions:
         return "", credit
     caption = captions[0]

@@ -3,7 +3,7 @@
 from alembic import context
 from sqlmodel import SQLModel
 
-import worker.store.models  # noqa: F401  (registers the tables on SQLModel.metadata)
+import worker.store.models
 import worker.store.read_models  # noqa: F401
 from worker.settings import get_settings
 from worker.store.db import make_engine
