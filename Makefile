@@ -19,7 +19,7 @@ install: $(VENV)/.installed  ## Create the venv and install the project with its
 run: install  ## Run the whole service here: API, worker, beat and Flower (SQLite + local Redis)
 	./deploy/ensure-services.sh
 	EVIDENCE=$(BIN)/evidence ./deploy/dev-env.sh
-	set -a && . var/dev.env && set +a && PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho -f deploy/Procfile -d . start
+	set -a && . var/dev.env && set +a && PATH="$(abspath $(BIN)):$$PATH" exec ./deploy/run.sh deploy/Procfile
 
 demo: install  ## Watch it work offline: local HTTPS samples, API, worker, beat, `evidence enqueue --wait`
 	./deploy/demo.sh

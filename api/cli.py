@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
+import structlog
 import typer
 
 from worker.settings import flower_logins, get_settings
@@ -99,6 +100,12 @@ def worker(
     argv = ["worker", "-Q", queues, "--concurrency", str(n), "-E", "--loglevel", settings.log_level]
     if hostname:
         argv += ["--hostname", hostname]
+    if settings.log_json:
+        # Celery prints its banner as plain text; the facts an operator needs are logged here.
+        argv.insert(0, "--quiet")
+        structlog.get_logger("evidence.worker").info(
+            "worker_starting", queues=queues, concurrency=n, hostname=hostname
+        )
     celery.worker_main(argv)
 
 
@@ -112,8 +119,12 @@ def beat(
     from worker.jobs.celery_app import app as celery
 
     _configure_logging()
+    settings = get_settings()
     os.makedirs(os.path.dirname(schedule) or ".", exist_ok=True)
-    celery.start(["beat", "--schedule", schedule, "--loglevel", get_settings().log_level])
+    argv = ["beat", "--schedule", schedule, "--loglevel", settings.log_level]
+    if settings.log_json:
+        argv.insert(0, "--quiet")  # the banner is plain text; beat logs "Starting..." itself
+    celery.start(argv)
 
 
 @app.command()
@@ -131,7 +142,17 @@ def flower(
         raise typer.Exit(2) from None
     from worker.jobs.celery_app import app as celery
 
-    celery.start(["flower", f"--port={port}", f"--address={address}", f"--basic-auth={auth}"])
+    _configure_logging()
+    # --logging=none: tornado would otherwise add its own plain-text handler and set the level.
+    celery.start(
+        [
+            "flower",
+            f"--port={port}",
+            f"--address={address}",
+            f"--basic-auth={auth}",
+            "--logging=none",
+        ]
+    )
 
 
 @app.command()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare a local run: migrate, and create (once) a dev workspace, API key and Flower login.
-# Prints the values; `make run` sources the env file this writes.
+# Prints the values; `make run` sources the env file this writes (`export NAME=value` lines).
 set -euo pipefail
 mkdir -p var
 EVIDENCE=${EVIDENCE:-.venv/bin/evidence}
@@ -11,11 +11,15 @@ if [ ! -s var/dev.env ]; then
   key=$("$EVIDENCE" keys create --workspace "$workspace" 2>/dev/null | tail -n 1)
   flower="admin:$(python3 -c 'import secrets; print(secrets.token_urlsafe(12))')"
   umask 077
+  # `export` lines: `. var/dev.env` in a shell must hand them to the commands run from it.
   {
-    echo "EVIDENCE_DEV_WORKSPACE=$workspace"
-    echo "EVIDENCE_API_KEY=$key"
-    echo "EVIDENCE_FLOWER_BASIC_AUTH=${EVIDENCE_FLOWER_BASIC_AUTH:-$flower}"
+    printf 'export EVIDENCE_DEV_WORKSPACE=%q\n' "$workspace"
+    printf 'export EVIDENCE_API_KEY=%q\n' "$key"
+    printf 'export EVIDENCE_FLOWER_BASIC_AUTH=%q\n' "${EVIDENCE_FLOWER_BASIC_AUTH:-$flower}"
   } > var/dev.env
+elif grep -q '^EVIDENCE_' var/dev.env; then
+  # Written by an older version without `export`: add it, keeping the values.
+  sed -i 's/^EVIDENCE_/export EVIDENCE_/' var/dev.env
 fi
 # shellcheck disable=SC1091
 . var/dev.env

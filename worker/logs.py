@@ -2,6 +2,9 @@
 
 import logging
 import sys
+import threading
+from types import TracebackType
+from typing import Any
 
 import structlog
 
@@ -48,3 +51,43 @@ def configure(level: str = "INFO", json: bool = True) -> None:
     root.setLevel(level.upper())
     # httpx logs every request's full URL at INFO; query strings may carry tokens.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # Warnings (Celery's "running as root" among them) become log records, not raw text.
+    logging.captureWarnings(True)
+    if json:
+        _log_uncaught_exceptions()
+
+
+def _log_uncaught_exceptions() -> None:
+    """Exceptions nobody caught become one JSON record each, not a raw traceback on stderr.
+
+    E.g. beat, stopped by a second signal while the interpreter exits, reports an "Exception
+    ignored" through `sys.unraisablehook`.
+    """
+    logger = logging.getLogger("uncaught")
+
+    def excepthook(
+        exc_type: type[BaseException], value: BaseException, tb: TracebackType | None
+    ) -> None:
+        logger.error("uncaught_exception", exc_info=(exc_type, value, tb))
+
+    def thread_excepthook(args: Any) -> None:
+        if args.exc_type is SystemExit:
+            return  # as the default hook: a thread's SystemExit is a normal end
+        logger.error(
+            "uncaught_exception in thread %s",
+            getattr(args.thread, "name", "?"),
+            exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+        )
+
+    def unraisablehook(args: Any) -> None:
+        message = args.err_msg or "Exception ignored in"
+        logger.warning(
+            "%s: %r",
+            message,
+            args.object,
+            exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+        )
+
+    sys.excepthook = excepthook
+    threading.excepthook = thread_excepthook
+    sys.unraisablehook = unraisablehook

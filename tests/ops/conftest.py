@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,10 +18,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import Env, Services
 from tests.support.factories import make_key
 from tests.support.pages import article
-from tests.support.services import Process, free_port, wait_for
+from tests.support.services import Process, RedisServer, free_port, wait_for
 from tests.support.tls_site import TLSSite
 
 Labels = frozenset[tuple[str, str]]
+#: The virtualenv's scripts (`evidence`, `honcho`), as `make run` puts them on PATH.
+BIN = Path(sys.executable).parent
 
 
 @dataclass
@@ -93,3 +99,65 @@ def tmp_file(directory: Path, name: str, lines: list[str]) -> Path:
     path = directory / name
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def marked(marker: str) -> list[int]:
+    """Pids of the processes whose environment holds `marker` (NAME=value)."""
+    wanted = marker.encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        if wanted in environ.split(b"\0"):
+            pids.append(int(entry.name))
+    return pids
+
+
+@dataclass
+class Stack:
+    """A whole local run of its own: its environment, and the marker its processes carry."""
+
+    env: dict[str, str]
+    marker: str
+
+    def processes(self) -> list[int]:
+        return marked(self.marker)
+
+
+@pytest.fixture
+def stack(env: Env, tmp_path: Path) -> Iterator[Stack]:
+    """Environment for a whole run of its own: private SQLite file and Redis, free ports.
+
+    Its worker never takes the session's retrievals. Every process started with `env` carries
+    a unique variable, which is how tests find them (in /proc) wherever they were reparented;
+    whatever is left at the end is killed.
+    """
+    from worker.store.migrate import upgrade
+
+    redis = RedisServer(tmp_path).start()
+    database_url = f"sqlite:///{tmp_path / 'run.db'}"
+    upgrade(database_url)
+    name, value = "EVIDENCE_TEST_RUN_MARKER", uuid.uuid4().hex
+    running = Stack(
+        {
+            **os.environ,
+            "EVIDENCE_DATABASE_URL": database_url,
+            "EVIDENCE_BROKER_URL": redis.url,
+            "EVIDENCE_API_PORT": str(free_port()),
+            "EVIDENCE_FLOWER_PORT": str(free_port()),
+            "EVIDENCE_FLOWER_BASIC_AUTH": f"ops:{uuid.uuid4().hex}",
+            "EVIDENCE_WORKER_CONCURRENCY": "1",
+            "PATH": f"{BIN}:{os.environ['PATH']}",
+            name: value,
+        },
+        f"{name}={value}",
+    )
+    yield running
+    for pid in running.processes():  # never leave anything behind, even when a test failed
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    redis.stop()

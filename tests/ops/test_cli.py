@@ -113,7 +113,7 @@ def test_migrate_then_create_a_key(throwaway_db: str, tmp_path: Path) -> None:
         (("keys", "create"), "Missing option '--workspace'"),
         (("keys", "create", "--workspace", "not-a-uuid"), "Invalid value for '--workspace'"),
         (("mcp", "--transport", "pigeon"), "--transport must be stdio or http"),
-        (("flower",), "EVIDENCE_FLOWER_BASIC_AUTH must be set"),
+        (("flower",), "EVIDENCE_FLOWER_BASIC_AUTH is not usable"),
         (
             ("enqueue", "missing.txt", "--workspace", WS, "--kind", "url_text", "--key", "k"),
             "no such file: missing.txt",

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("services")
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
-    """The lines of a log that are JSON objects (Celery's own banner lines are not)."""
+    """The lines of a log that are JSON objects."""
     records = []
     for line in text.splitlines():
         if line.startswith("{"):

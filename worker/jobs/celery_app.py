@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 from celery import Celery, signals
 
+from worker.jobs import celery_logs  # noqa: F401  (connects Celery's logging signals)
 from worker.settings import get_settings
 
 RETRIEVE_TASK = "evidence.retrieve"

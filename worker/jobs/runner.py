@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from celery.exceptions import SoftTimeLimitExceeded
@@ -13,8 +13,10 @@ from worker import clock
 from worker.content.results import failure_result
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
+from worker.jobs.outcomes import Delivery, task_outcome
 from worker.reasons import Reason
 from worker.settings import get_settings
+from worker.states import RetrievalState as S
 from worker.store import db, retrievals
 
 if TYPE_CHECKING:
@@ -59,14 +61,14 @@ def produce_output(claim: retrievals.Claim) -> PipelineOutput:
         )
 
 
-def run_retrieval(retrieval_id: uuid.UUID) -> str:
-    """Process one delivery of a retrieval; return what happened (for logs and tests)."""
+def run_retrieval(retrieval_id: uuid.UUID) -> dict[str, Any]:
+    """Process one delivery of a retrieval; return what happened (see `worker.jobs.outcomes`)."""
     settings = get_settings()
     lease = timedelta(seconds=settings.lease_seconds)
     claim = db.with_transient_retry(lambda s: retrievals.claim(s, retrieval_id, clock.now(), lease))
     if claim is None:
         log.info("claim_skipped")
-        return "skipped"
+        return _recorded_outcome(retrieval_id, "skipped", None)
     structlog.contextvars.bind_contextvars(workspace_id=str(claim.workspace_id))
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
     output = produce_output(claim)
@@ -78,4 +80,16 @@ def run_retrieval(retrieval_id: uuid.UUID) -> str:
         status=result["status"],
         reason=result["reason"],
     )
-    return "settled" if settled else "fenced"
+    if settled:
+        return task_outcome(retrieval_id, "settled", S.COMPLETED.value, result, claim.attempt)
+    return _recorded_outcome(retrieval_id, "fenced", claim.attempt)
+
+
+def _recorded_outcome(
+    retrieval_id: uuid.UUID, delivery: Delivery, attempt: int | None
+) -> dict[str, Any]:
+    """The outcome of a delivery that recorded nothing: the row as someone else left it."""
+    row = db.with_transient_retry(lambda s: retrievals.get_retrieval(s, retrieval_id))
+    if row is None:
+        return task_outcome(retrieval_id, delivery, None, None, attempt)
+    return task_outcome(retrieval_id, delivery, row.state, row.result, attempt)

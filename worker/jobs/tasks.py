@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from worker.jobs.celery_app import RETRIEVE_TASK, SWEEP_TASK, app
 from worker.jobs.runner import run_retrieval
@@ -10,12 +11,14 @@ from worker.jobs.sweep import run_sweep
 
 
 @app.task(name=RETRIEVE_TASK)
-def retrieve(retrieval_id: str) -> str:
-    """Claim, fetch, extract and settle one retrieval."""
+def retrieve(retrieval_id: str) -> dict[str, Any]:
+    """Claim, fetch, extract and settle one retrieval; return its outcome (for Flower, logs)."""
     return run_retrieval(uuid.UUID(retrieval_id))
 
 
-@app.task(name=SWEEP_TASK, soft_time_limit=60, time_limit=90)
+# No task events for the sweep: one every few seconds would bury the retrievals in Flower's
+# task list. The sweeper still shows as a worker (heartbeats), and logs what each sweep did.
+@app.task(name=SWEEP_TASK, soft_time_limit=60, time_limit=90, send_events=False)
 def sweep() -> dict[str, int]:
     """Expire, rescue and republish (see `worker.jobs.sweep`)."""
     return run_sweep().__dict__
