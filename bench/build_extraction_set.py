@@ -1,7 +1,12 @@
 # ruff: noqa: E501  (HTML templates read better unwrapped)
 """Render the hand-written articles into realistic pages with boilerplate, plus gold text files.
 
-Run: .venv/bin/python -m bench.build_extraction_set  (writes bench/data/extraction/*.html|*.txt)
+Every article is rendered with every template: `<slug>.html` with its original template (the
+first set), `<slug>__<template>.html` with the others. Articles are split by slug: every third
+one (HELD_OUT) is held out, so no held-out article's words are seen while tuning.
+
+Run: .venv/bin/python -m bench.build_extraction_set  (writes bench/data/extraction/*.html|*.txt
+and bench/data/extraction_split.json)
 """
 
 import html
@@ -242,18 +247,137 @@ def magazine(a: dict[str, object]) -> str:
     )
 
 
+def br_blocks(blocks: list[tuple[str, object]]) -> str:
+    """Article blocks as one run of text separated by <br>, as old CMS templates write them."""
+    parts = []
+    for kind, value in blocks:
+        if kind in ("ul", "ol"):
+            parts.append("<br>".join(f"&bull; {E(v)}" for v in value))  # type: ignore[attr-defined]
+        elif kind == "table":
+            parts.append("<br>".join(E(" ".join(row)) for row in value))  # type: ignore[attr-defined]
+        elif kind == "h2":
+            parts.append(f"<b>{E(str(value))}</b>")
+        else:
+            parts.append(E(str(value)))
+    return "<br><br>\n".join(parts)
+
+
+def brtext(a: dict[str, object]) -> str:
+    """A table-layout CMS page: text in one cell separated by <br>, a link column beside it."""
+    blocks = a["blocks"]  # type: ignore[assignment]
+    links = "".join(
+        f'<tr><td class="navlink"><a href="/s{i}">{n}</a></td></tr>'
+        for i, n in enumerate(
+            ("Front page", "Local news", "Sport", "Notices", "Archive", "Contact")
+        )
+    )
+    return (
+        head(a) + '<body><table width="100%" class="layout"><tr><td colspan="2" class="banner">'
+        '<img src="/banner.gif" alt="Town Gazette"> <a href="/">Home</a> | <a href="/search">Search</a>'
+        f'</td></tr><tr><td class="left" valign="top"><table>{links}</table></td>'
+        f'<td class="text" valign="top"><font size="4"><b>{E(str(a["title"]))}</b></font><br><br>'
+        f"{br_blocks(blocks)}<br><br>"  # type: ignore[arg-type]
+        '<a href="/print">Print this page</a> | <a href="/mail">Email to a friend</a></td></tr>'
+        '<tr><td colspan="2" class="foot">Copyright Town Gazette. Webmaster: <a href="mailto:w@x">'
+        "w@x</a></td></tr></table></body></html>"
+    )
+
+
+def cards(a: dict[str, object]) -> str:
+    """A script-rendered page: generated class names, every paragraph a div, card grids."""
+    blocks = a["blocks"]  # type: ignore[assignment]
+    body = body_html(blocks).replace("<p>", '<div class="sc-1q2w3e"><span>')  # type: ignore[arg-type]
+    body = body.replace("</p>", "</span></div>")
+    grid = "".join(
+        f'<div class="sc-9x8y"><a href="/c{i}"><div class="sc-t1">{t}</div>'
+        '<div class="sc-m2">3 min read</div></a></div>'
+        for i, t in enumerate(
+            (
+                "Inside the race to build cheaper batteries",
+                "The town that banned cars for a summer",
+                "What your sleep tracker is not telling you",
+                "Ten questions about the new school year",
+            )
+        )
+    )
+    most_read = "".join(
+        f'<li class="sc-l"><span>{i + 1}</span><a href="/m{i}">{t}</a></li>'
+        for i, t in enumerate(
+            ("Markets fall on rate fears", "Storm warning for the coast", "Star quits show")
+        )
+    )
+    return (
+        head(a)
+        + f'<body><div id="__next"><div class="sc-hdr">{COOKIE}<div class="sc-nav">'
+        + "".join(f'<a class="sc-n" href="/{n}">{n}</a>' for n in ("News", "Money", "Life", "Tech"))
+        + f'</div></div><div class="sc-main"><div class="sc-h1">{E(str(a["title"]))}</div>'
+        '<div class="sc-meta">By Newsroom · 4 min read</div>'
+        f'<div class="sc-body">{body}</div><div class="sc-share">{SHARE}</div>'
+        f'<div class="sc-grid"><div class="sc-gh">More for you</div>{grid}</div></div>'
+        f'<div class="sc-side"><div class="sc-mr">Most read</div><ol>{most_read}</ol></div>'
+        f"{FOOTER}</div></body></html>"
+    )
+
+
+def brief(a: dict[str, object]) -> str:
+    """A news brief: the article's first two blocks only, in a page of heavy boilerplate."""
+    return news({**a, "blocks": a["blocks"][:2]})  # type: ignore[index]
+
+
+def discussed(a: dict[str, object]) -> str:
+    """A short article under a comment thread longer than itself."""
+    blocks = a["blocks"]  # type: ignore[assignment]
+    thread = "".join(
+        f'<li class="comment"><div class="comment-author">{who}</div><div class="comment-body">'
+        f"<p>{E(text)}</p></div></li>"
+        for who, text in (
+            ("river_rat", "I have lived here thirty years and never seen anything like it."),
+            ("J. Okafor", "The council knew about this for years and did nothing about it."),
+            ("mpk", "Does anyone know whether the car park by the station is open again?"),
+            ("Sam", "Thanks for the clear write-up, it is hard to find good local reporting."),
+            ("anon", "Typical. Everyone complains and then nobody turns up to the meetings."),
+            ("Leila", "My neighbour says the same thing happened in 2007 and again in 2014."),
+        )
+    )
+    return (
+        head(a) + f'<body><header><nav><ul>{NAV}</ul></nav></header><main><article class="post">'
+        f'<h1>{E(str(a["title"]))}</h1><div class="post-body">{body_html(blocks)}</div>'  # type: ignore[arg-type]
+        f'</article><section class="discussion"><h2>Join the discussion</h2><ol>{thread}</ol>'
+        f"</section></main>{FOOTER}</body></html>"
+    )
+
+
 TEMPLATES = [news, blog, docs, soup, magazine]
+#: Layouts added for the second set: where trafilatura's precision mode tends to be unsure.
+HARD_TEMPLATES = [brtext, cards, brief, discussed]
+#: Every third article (by position) is held out from tuning.
+HELD_OUT = frozenset(str(a["slug"]) for i, a in enumerate(ARTICLES) if i % 3 == 2)
+
+
+def gold_blocks(template: Callable[[dict[str, object]], str], a: dict[str, object]) -> object:
+    """The blocks a template shows of an article (a brief shows two)."""
+    return a["blocks"][:2] if template is brief else a["blocks"]  # type: ignore[index]
 
 
 def build() -> int:
-    """Write every page and its gold text; return how many were written."""
+    """Write every page, its gold text and the split; return how many pages were written."""
     OUT.mkdir(parents=True, exist_ok=True)
+    written = 0
+    split: dict[str, str] = {}
     for i, article in enumerate(ARTICLES):
-        template = TEMPLATES[i % len(TEMPLATES)]
+        own = TEMPLATES[i % len(TEMPLATES)]
         slug = str(article["slug"])
-        (OUT / f"{slug}.html").write_text(template(article), encoding="utf-8")
-        (OUT / f"{slug}.txt").write_text(gold_text(article["blocks"]), encoding="utf-8")  # type: ignore[arg-type]
-    return len(ARTICLES)
+        for template in [own] + [t for t in TEMPLATES + HARD_TEMPLATES if t is not own]:
+            name = slug if template is own else f"{slug}__{template.__name__}"
+            (OUT / f"{name}.html").write_text(template(article), encoding="utf-8")
+            gold = gold_text(gold_blocks(template, article))  # type: ignore[arg-type]
+            (OUT / f"{name}.txt").write_text(gold, encoding="utf-8")
+            split[name] = "held_out" if slug in HELD_OUT else "dev"
+            written += 1
+    (OUT.parent / "extraction_split.json").write_text(
+        json.dumps(split, indent=1, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    return written
 
 
 if __name__ == "__main__":

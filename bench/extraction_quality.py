@@ -1,7 +1,11 @@
-"""Extraction quality: token precision/recall/F1 and docs/s, ours vs plain trafilatura.
+"""Extraction quality: token precision/recall/F1, docs/s and CPU per page, on each split.
+
+Compares the service (trafilatura, voted on by readability-lxml where unsure), trafilatura
+alone as the service ran it before, plain trafilatura.extract and readability-lxml alone, on
+the dev split (used for tuning) and the held-out split (bench/data/extraction_split.json).
 
 Run: .venv/bin/python -m bench.extraction_quality [--repeat N] [--grid]
-Prints a table, then one JSON line with every figure.
+Prints a table per split, then one JSON line with every figure.
 """
 
 import argparse
@@ -15,11 +19,13 @@ from pathlib import Path
 
 import trafilatura
 
-from worker.content import html
+from worker.content import html, vote
 from worker.content.html import extract_html
 from worker.content.markup import parse_html
+from worker.content.text import clean_text
 
 DATA = Path(__file__).resolve().parent / "data" / "extraction"
+SPLIT = DATA.parent / "extraction_split.json"
 URL = "https://bench.example/article"
 _WORD = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]|\w+")
 
@@ -36,6 +42,8 @@ class Score:
     f1: float
     macro_f1: float
     docs_per_second: float
+    #: Process CPU time per page, in milliseconds (one core).
+    cpu_ms_per_page: float = 0.0
 
 
 def tokens(text: str) -> Counter[str]:
@@ -48,10 +56,13 @@ def f1(p: float, r: float) -> float:
     return 2 * p * r / (p + r) if p + r else 0.0
 
 
-def load() -> list[tuple[str, bytes, str]]:
-    """Every (name, html bytes, gold text) pair of the labelled set."""
+def load(split: str | None = None) -> list[tuple[str, bytes, str]]:
+    """Every (name, html bytes, gold text) triple of the labelled set, or of one split."""
+    parts: dict[str, str] = json.loads(SPLIT.read_text(encoding="utf-8"))
     pairs = []
     for page in sorted(DATA.glob("*.html")):
+        if split is not None and parts[page.stem] != split:
+            continue
         gold = page.with_suffix(".txt").read_text(encoding="utf-8")
         pairs.append((page.stem, page.read_bytes(), gold))
     return pairs
@@ -62,11 +73,12 @@ def score(
 ) -> Score:
     """Score one extractor on every page; time `repeat` full passes."""
     outputs = [extractor(body) for _, body, _ in pages]
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for _ in range(repeat):
         for _, body, _ in pages:
             extractor(body)
     elapsed = max(time.perf_counter() - started, 1e-9)
+    cpu_ms = (time.process_time() - cpu_started) * 1000 / max(1, repeat * len(pages))
     common = got = want = 0
     per_doc = []
     for output, (_, _, gold) in zip(outputs, pages, strict=True):
@@ -88,12 +100,41 @@ def score(
         round(f1(precision, recall), 4),
         round(sum(per_doc) / len(per_doc), 4),
         round(repeat * len(pages) / elapsed, 1),
+        round(cpu_ms, 2),
     )
 
 
 def ours(body: bytes) -> str:
     """The service's url_text extractor."""
     return extract_html(body, URL).content.text
+
+
+def service_before(body: bytes) -> str:
+    """The service's url_text extractor without the vote (trafilatura alone, as before)."""
+    vote_step = html.second_opinion
+    html.second_opinion = lambda text, tree: text
+    try:
+        return ours(body)
+    finally:
+        html.second_opinion = vote_step
+
+
+def trafilatura_alone(body: bytes) -> str:
+    """The service's extractor before the vote: trafilatura's text, cleaned."""
+    tree = parse_html(body.decode("utf-8"))
+    if tree is None:
+        return ""
+    text = html._trafilatura_text(tree, URL, html.EXTRACT_OPTIONS)
+    if len(text) < html.FALLBACK_BELOW_CHARS:
+        fallback = html._trafilatura_text(tree, URL, html.EXTRACT_OPTIONS | {"fast": False})
+        text = max(text, fallback, key=len)
+    return clean_text(text)
+
+
+def readability_alone(body: bytes) -> str:
+    """readability-lxml's article text on its own."""
+    tree = parse_html(body.decode("utf-8"))
+    return clean_text(vote.readability_text(tree)) if tree is not None else ""
 
 
 def plain(body: bytes) -> str:
@@ -132,41 +173,42 @@ def grid(pages: list[tuple[str, bytes, str]]) -> list[Score]:
 
 def table(scores: list[Score]) -> str:
     """A fixed-width table of scores."""
-    lines = [f"{'extractor':<48} {'P':>7} {'R':>7} {'F1':>7} {'macroF1':>8} {'docs/s':>8}"]
+    lines = [
+        f"{'extractor':<44} {'P':>7} {'R':>7} {'F1':>7} {'macroF1':>8} {'docs/s':>8} {'CPU ms':>7}"
+    ]
     for s in scores:
         lines.append(
-            f"{s.name:<48} {s.precision:>7.4f} {s.recall:>7.4f} {s.f1:>7.4f} "
-            f"{s.macro_f1:>8.4f} {s.docs_per_second:>8.1f}"
+            f"{s.name:<44} {s.precision:>7.4f} {s.recall:>7.4f} {s.f1:>7.4f} "
+            f"{s.macro_f1:>8.4f} {s.docs_per_second:>8.1f} {s.cpu_ms_per_page:>7.2f}"
         )
     return "\n".join(lines)
 
 
+EXTRACTORS: dict[str, Extractor] = {
+    "service": ours,
+    "service_before (no vote)": service_before,
+    "trafilatura_alone": trafilatura_alone,
+    "plain_trafilatura": plain,
+    "readability_alone": readability_alone,
+}
+
+
 def main() -> None:
-    """Run the benchmark and print the table and a JSON line."""
+    """Run the benchmark on both splits and print the tables and a JSON line."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeat", type=int, default=3, help="timed passes over the set")
-    parser.add_argument("--grid", action="store_true", help="also score every option combination")
+    parser.add_argument("--repeat", type=int, default=3, help="timed passes over each split")
+    parser.add_argument("--grid", action="store_true", help="also score trafilatura's options")
     args = parser.parse_args()
-    pages = load()
-    scores = [
-        score("service (worker.content.html)", ours, pages, args.repeat),
-        score("plain trafilatura.extract(html)", plain, pages, args.repeat),
-    ]
-    print(f"{len(pages)} labelled pages; options {html.EXTRACT_OPTIONS}")
-    print(table(scores))
-    if args.grid:
-        print(table(grid(pages)))
-    ok = scores[0].precision >= scores[1].precision and scores[0].recall >= scores[1].recall
-    print(
-        json.dumps(
-            {
-                "pages": len(pages),
-                "service": scores[0].__dict__,
-                "plain_trafilatura": scores[1].__dict__,
-                "not_worse": ok,
-            }
-        )
-    )
+    figures: dict[str, object] = {}
+    for split in ("dev", "held_out"):
+        pages = load(split)
+        scores = [score(name, fn, pages, args.repeat) for name, fn in EXTRACTORS.items()]
+        print(f"{split}: {len(pages)} labelled pages")
+        print(table(scores))
+        figures[split] = {"pages": len(pages), **{s.name: s.__dict__ for s in scores}}
+        if args.grid and split == "dev":
+            print(table(grid(pages)))
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

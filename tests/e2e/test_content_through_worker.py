@@ -38,6 +38,15 @@ VTT = "text/vtt; charset=utf-8"
 SAME = "<same>"
 #: Characters untrusted text must never carry through: controls, zero-width, bidi, BOM.
 INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+#: Captions keep the bidi marks (LRM, RLM): mixed-direction cues need them to show right.
+CAPTION_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f\u200b-\u200d\u202a-\u202e\u2066-\u2069\ufeff]"
+)
+#: A WebVTT file with a NUL, the LRM/RLM references and bidi controls in its cue text.
+NUL_BIDI_VTT = (
+    "WEBVTT\n\n00:01.000 --> 00:02.000\nsilence\x00here\n\n"
+    "00:02.000 --> 00:03.000\n&lrm;(1)&rlm; \u202bshalom\u202c \u2067x\u2069\n"
+).encode()
 
 LONG_TITLE = " ".join(["Meadow"] * 60)
 #: A binary data byte (here BEL) in a body's first 1 445 bytes makes it binary (MIME
@@ -196,6 +205,15 @@ def _mount(site: TLSSite) -> None:
     page(f"{P}/captions/download.vtt", (CAPTIONS / "styled.vtt").read_bytes(), "")
     page(f"{P}/captions/cp1252.srt", CP1252_SRT, f"{SRT}; charset=windows-1252")
     page(f"{P}/captions/many.srt", MANY_CUES, SRT)
+    page(f"{P}/captions/regions.vtt", (CAPTIONS / "regions.vtt").read_bytes(), VTT)
+    page(f"{P}/captions/lost_cue.srt", (CAPTIONS / "subrip_lost_cue.srt").read_bytes(), SRT)
+    page(f"{P}/captions/nul_bidi.vtt", NUL_BIDI_VTT, VTT)
+    page(f"{P}/captions/nul_bidi_undeclared.vtt", NUL_BIDI_VTT, "")
+    page(f"{P}/captions/newline-first.vtt", b"\nWEBVTT\n\n00:01.000 --> 00:02.000\nhi\n", VTT)
+    page(
+        f"{P}/captions/bom-text.vtt", b"\xef\xbb\xbfx WEBVTT\n\n00:01.000 --> 00:02.000\nhi\n", VTT
+    )
+    page(f"{P}/captions/empty-file.vtt", b"", VTT)
     page(f"{P}/readme.txt", "Just a readme, no cues here.", "text/plain")
     # Charsets that are no text encoding, and URLs urllib refuses.
     page(f"{P}/rot13", ROT13_PAGE, "text/html")
@@ -328,11 +346,40 @@ def _thousand_cues(result: dict[str, Any]) -> None:
 
 
 def _rolling(result: dict[str, Any]) -> None:
-    assert [s["text"] for s in result["segments"]] == [
-        "hello everyone welcome",
-        "to the channel",
-        "today we talk about rivers",
+    """Segments keep each cue's own text and timing; only the text drops the repeats."""
+    assert [(s["start_ms"], s["end_ms"], s["text"]) for s in result["segments"]] == [
+        (0, 2340, "hello everyone welcome"),
+        (2340, 2350, "hello everyone welcome"),
+        (2350, 5000, "hello everyone welcome to the channel"),
+        (5000, 5010, "to the channel"),
+        (5010, 7000, "to the channel today we talk about rivers"),
     ]
+
+
+def _regions(result: dict[str, Any]) -> None:
+    """Every cue after the REGION and STYLE blocks is kept, in order."""
+    assert [(s["start_ms"], s["text"]) for s in result["segments"]] == [
+        (0, "Hi, my name is Fred"),
+        (2500, "Hi, I’m Bill"),
+        (5000, "Would you like to get a coffee?"),
+        (7500, "Sure! I’ve only had one today."),
+        (10000, "This is my fourth!"),
+        (12500, "OK, let’s go."),
+    ]
+
+
+def _subrip_every_cue(result: dict[str, Any]) -> None:
+    """No cue lost part-way through: later segments keep their own start times."""
+    assert [s["start_ms"] for s in result["segments"]] == [
+        1000,
+        2500,
+        4500,
+        6000,
+        7500,
+        9500,
+        12500,
+    ]
+    assert result["segments"][4]["text"] == "from 1984 1985"
 
 
 def _french_first(result: dict[str, Any]) -> None:
@@ -619,6 +666,52 @@ CAPTION_CASES = [
         check=_rolling,
     ),
     _captions(
+        "webvtt-regions-and-styles-keep-every-cue",
+        f"{P}/captions/regions.vtt",
+        declared="en",
+        check=_regions,
+    ),
+    _captions(
+        "subrip-no-cue-lost",
+        f"{P}/captions/lost_cue.srt",
+        status="partial",
+        reason="invalid_cues",
+        caption_format="subrip",
+        mime_type=SRT,
+        check=_subrip_every_cue,
+    ),
+    *[
+        _captions(
+            case_id,
+            path,
+            mime_type=mime_type,
+            text="silence\ufffdhere\n\u200e(1)\u200f shalom x",
+        )
+        for case_id, path, mime_type in [
+            ("webvtt-nul-replaced-bidi-marks-kept", f"{P}/captions/nul_bidi.vtt", "text/vtt"),
+            (
+                "webvtt-nul-undeclared-type",
+                f"{P}/captions/nul_bidi_undeclared.vtt",
+                "text/vtt",
+            ),
+        ]
+    ],
+    *[
+        _captions(
+            case_id,
+            path,
+            status="unsupported",
+            reason="invalid_captions",
+            content_kind="none",
+            text="",
+        )
+        for case_id, path in [
+            ("webvtt-newline-before-signature", f"{P}/captions/newline-first.vtt"),
+            ("webvtt-text-after-bom", f"{P}/captions/bom-text.vtt"),
+            ("webvtt-empty-file", f"{P}/captions/empty-file.vtt"),
+        ]
+    ],
+    _captions(
         "text-plain-not-captions",
         f"{P}/readme.txt",
         status="unsupported",
@@ -837,7 +930,8 @@ def _check_case(case: Case, retrieval: dict[str, Any], site: TLSSite, api: Api) 
         assert phrase in result["text"], phrase
     for phrase in case.absent:
         assert phrase not in result["text"], phrase
-    assert not INVISIBLE.search(result["text"])
+    invisible = INVISIBLE if case.kind == "url_text" else CAPTION_INVISIBLE
+    assert not invisible.search(result["text"])
     if case.check is not None:
         case.check(result)
     _check_evidence(retrieval, api)

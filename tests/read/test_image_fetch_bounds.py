@@ -36,7 +36,7 @@ PER_KEY = 2
 CALLS = 8
 IMAGE_TIMEOUT = 6
 #: What another request may take while A's fetches hang (the bug made it wait for them).
-USUAL = 2.0
+USUAL = 4.0  # well below IMAGE_TIMEOUT, which the bug made them wait; loaded CI cores need room
 
 
 def drip(handler: BaseHTTPRequestHandler) -> None:

@@ -138,9 +138,11 @@ class TestParseWebVTT:
         body = "WEBVTT\n\n00:01.000 --> 00:02.000\nfirst\n00:03.000 --> 00:04.000\nsecond\n"
         assert [s.text for s in parse_captions(body, "webvtt").segments] == ["first", "second"]
 
-    def test_headerless_webvtt(self) -> None:
-        """A file with cue timings but no header still parses."""
-        assert parse_captions("00:01.000 --> 00:02.000\nhi\n", "webvtt").segments
+    def test_headerless_webvtt_is_invalid(self) -> None:
+        """Cue timings without the WEBVTT signature are not WebVTT (the specification)."""
+        with pytest.raises(CaptionError) as caught:
+            parse_captions("00:01.000 --> 00:02.000\nhi\n", "webvtt")
+        assert caught.value.reason == Reason.INVALID_CAPTIONS
 
 
 class TestParseSubRip:
@@ -178,11 +180,19 @@ class TestParseSubRip:
 class TestFailures:
     """Unparsable and empty files."""
 
-    @pytest.mark.parametrize("body", ["", "\ufeff", "\r\n\r\n", "WEBVTT\n\nNOTE only notes\n"])
-    def test_no_cue_is_no_captions(self, body: str) -> None:
-        """A file without any cue is no_captions."""
+    @pytest.mark.parametrize(
+        ("body", "fmt"),
+        [
+            ("WEBVTT\n\nNOTE only notes\n", "webvtt"),
+            ("WEBVTT", "webvtt"),
+            ("", "subrip"),
+            ("\ufeff\r\n\r\n", "subrip"),
+        ],
+    )
+    def test_no_cue_is_no_captions(self, body: str, fmt: str) -> None:
+        """A WebVTT file without any cue, or a blank SubRip file, is no_captions."""
         with pytest.raises(CaptionError) as caught:
-            parse_captions(body, "webvtt")
+            parse_captions(body, fmt)  # type: ignore[arg-type]
         assert caught.value.reason == Reason.NO_CAPTIONS
 
     @pytest.mark.parametrize(
@@ -190,6 +200,9 @@ class TestFailures:
         [
             ("This is just prose, not captions.", "webvtt"),
             ("This is just prose, not captions.", "subrip"),
+            ("", "webvtt"),
+            ("\ufeff", "webvtt"),
+            ("\r\n\r\n", "webvtt"),
             ("WEBVTT\n\nnonsense --> more nonsense\ntext\n", "webvtt"),
             ("1\n00:00:05,000 --> 00:00:01,000\nonly a backwards cue\n", "subrip"),
         ],
@@ -202,7 +215,7 @@ class TestFailures:
 
 
 class TestRollingCaptions:
-    """YouTube-style rolling two-line auto-captions collapse to non-repeating text."""
+    """YouTube-style rolling auto-captions: segments as cued, joined text without repeats."""
 
     ROLLING = (FIXTURES / "rolling_auto.vtt").read_text(encoding="utf-8")
 
@@ -211,30 +224,81 @@ class TestRollingCaptions:
         parsed = parse_captions(self.ROLLING, "webvtt")
         assert parsed.text == "hello everyone welcome\nto the channel\ntoday we talk about rivers"
 
-    def test_segments_keep_timings(self) -> None:
-        """Segments keep their start times; pure repeats extend the previous segment."""
-        segments = parse_captions(self.ROLLING, "webvtt").segments
-        assert [(s.start_ms, s.end_ms) for s in segments] == [
-            (0, 2350),
-            (2350, 5010),
-            (5010, 7000),
+    def test_segments_keep_each_cue(self) -> None:
+        """Every cue is a segment with its own text and timing, repeats and all."""
+        parsed = parse_captions(self.ROLLING, "webvtt")
+        assert parsed.segments == [
+            Segment(0, 2340, "hello everyone welcome"),
+            Segment(2340, 2350, "hello everyone welcome"),
+            Segment(2350, 5000, "hello everyone welcome to the channel"),
+            Segment(5000, 5010, "to the channel"),
+            Segment(5010, 7000, "to the channel today we talk about rivers"),
         ]
-        assert parse_captions(self.ROLLING, "webvtt").invalid_cues == 0
+        assert parsed.invalid_cues == 0
+
+    def test_segment_text_is_not_trimmed(self) -> None:
+        """A cue repeating the end of the one before keeps its words; only `text` drops them."""
+        body = vtt(
+            ("00:01.000 --> 00:02.000", "so we said yeah"),
+            ("00:02.000 --> 00:03.000", "yeah what"),
+            ("00:03.000 --> 00:04.000", "the quick brown fox"),
+            ("00:04.000 --> 00:05.000", "quick brown fox jumps"),
+        )
+        parsed = parse_captions(body, "webvtt")
+        assert [s.text for s in parsed.segments] == [
+            "so we said yeah",
+            "yeah what",
+            "the quick brown fox",
+            "quick brown fox jumps",
+        ]
+        assert parsed.text == "so we said yeah\nyeah what\nthe quick brown fox\njumps"
+
+    def test_identical_cues_stay_apart(self) -> None:
+        """Two cues with the same text are two segments, each with its own end; text once."""
+        body = vtt(
+            ("00:00.000 --> 00:01.000", "Hello there"), ("00:01.000 --> 00:03.000", "Hello there")
+        )
+        parsed = parse_captions(body, "webvtt")
+        assert parsed.segments == [
+            Segment(0, 1000, "Hello there"),
+            Segment(1000, 3000, "Hello there"),
+        ]
+        assert parsed.text == "Hello there"
 
     def test_word_level_overlap(self) -> None:
         """A cue repeating the last three or more words of the previous one loses them."""
-        cues = [(0, 1000, ["the quick brown fox"]), (1000, 2000, ["quick brown fox jumps over"])]
-        assert [s.text for s in collapse_rolling(cues)] == ["the quick brown fox", "jumps over"]
+        cues = [["the quick brown fox"], ["quick brown fox jumps over"]]
+        assert collapse_rolling(cues) == ["the quick brown fox", "jumps over"]
 
     def test_single_shared_word_is_not_a_repeat(self) -> None:
         """Ordinary captions sharing one word at the seam keep both words."""
-        cues = [(0, 1000, ["I said no"]), (1000, 2000, ["no means no"])]
-        assert [s.text for s in collapse_rolling(cues)] == ["I said no", "no means no"]
+        assert collapse_rolling([["I said no"], ["no means no"]]) == ["I said no", "no means no"]
 
-    def test_identical_consecutive_cue_merges(self) -> None:
-        """An identical following cue extends the previous segment rather than repeating it."""
-        cues = [(0, 1000, ["Hello there"]), (1000, 3000, ["Hello there"])]
-        assert collapse_rolling(cues) == [Segment(0, 3000, "Hello there")]
+
+class TestSubRipFixture:
+    """A SubRip file with the shapes that lost a cue part-way through before."""
+
+    SRT = (FIXTURES / "subrip_lost_cue.srt").read_text(encoding="utf-8")
+
+    def test_every_cue_kept_in_place(self) -> None:
+        """Blank line inside a cue, a repeated cue, a number line, a missing blank line: no
+        cue is lost or merged, so no later segment shifts; the empty cue is counted."""
+        parsed = parse_captions(self.SRT, "subrip")
+        assert parsed.segments == [
+            Segment(1000, 2000, "The lighthouse keeper"),
+            Segment(2500, 4000, "lived alone still lived alone"),
+            Segment(4500, 5500, "♪"),
+            Segment(6000, 7000, "♪"),
+            Segment(7500, 9000, "from 1984 1985"),
+            Segment(9500, 10500, "until the storm."),
+            Segment(12500, 14000, "The end."),
+        ]
+        assert parsed.invalid_cues == 1 and parsed.reasons == [Reason.INVALID_CUES]
+
+    def test_bidi_marks_kept_controls_stripped(self) -> None:
+        """SubRip text keeps LRM/RLM and loses embeddings and isolates, as WebVTT does."""
+        body = "1\n00:00:01,000 --> 00:00:02,000\n\u202bשלום\u202c (1)\u200f\n\u2067x\u2069\n"
+        assert parse_captions(body, "subrip").segments[0].text == "שלום (1)\u200f x"
 
 
 class TestBounds:

@@ -133,3 +133,26 @@ class TestDeclaredTypes:
     def test_no_type_is_sniffed(self, body: bytes, path: str, expected: str) -> None:
         """Only a body served without any Content-Type is sniffed."""
         assert media_type(None, body, path) == expected
+
+
+class TestWebVTTNul:
+    """The WebVTT parser turns NUL into U+FFFD: NUL alone does not make WebVTT binary."""
+
+    NUL_VTT = b"WEBVTT\n\n00:01.000 --> 00:02.000\nsilence\x00here\n"
+
+    @pytest.mark.parametrize("body", [NUL_VTT, b"\xef\xbb\xbf" + NUL_VTT])
+    def test_nul_in_webvtt_is_text(self, body: bytes) -> None:
+        """Served as text/vtt, or undeclared with the signature, a NUL is text."""
+        assert media_type("text/vtt", body, "/c.vtt") == "text/vtt"
+        assert media_type(None, body, "/c") == "text/vtt"
+
+    def test_other_binary_bytes_in_webvtt_are_binary(self) -> None:
+        """Any other binary data byte still refuses a WebVTT body."""
+        refused("text/vtt", self.NUL_VTT.replace(b"\x00", b"\x01"))
+        refused("text/vtt", b"WEBVTT\n\n" + RANDOM_NO_NUL)
+
+    @pytest.mark.parametrize("declared", ["text/plain", "application/x-subrip", "text/html"])
+    def test_nul_elsewhere_is_binary(self, declared: str) -> None:
+        """Other types keep the MIME Sniffing rule: NUL is a binary data byte."""
+        refused(declared, self.NUL_VTT)
+        assert looks_binary(self.NUL_VTT)

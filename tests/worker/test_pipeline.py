@@ -284,12 +284,13 @@ class TestCaptions:
         assert result["provenance"]["language_source"] == "unknown"
 
     def test_rolling_auto_captions(self, fetcher: Fetcher, site: TLSSite) -> None:
-        """Rolling auto-captions are collapsed in text and segments."""
+        """Rolling auto-captions are collapsed in text; segments keep every cue as it is."""
         result = run(fetcher, site.url("/captions/rolling_auto.vtt"), "published_captions")
         assert (
             result["text"] == "hello everyone welcome\nto the channel\ntoday we talk about rivers"
         )
-        assert len(result["segments"]) == 3
+        assert len(result["segments"]) == 5
+        assert result["segments"][2]["text"] == "hello everyone welcome to the channel"
 
     def test_subrip(self, fetcher: Fetcher, site: TLSSite) -> None:
         """An SRT with a BOM parses as subrip; no declared language."""

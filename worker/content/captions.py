@@ -1,16 +1,20 @@
-"""Caption files (WebVTT, SubRip): sniff, parse with webvtt-py, count dropped cues, collapse."""
+"""Caption files (WebVTT, SubRip): sniff, parse to each format's rules, count dropped cues.
+
+WebVTT is read as the W3C specification's parser reads it (`worker.content.webvtt_spec`),
+SubRip as the `srt` library reads it. Segments are the cues as they are; only the joined
+`text` drops the words rolling auto-captions repeat from one cue to the next.
+"""
 
 import html
-import io
 import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-import webvtt
-from webvtt.errors import MalformedCaptionError, MalformedFileError
+import srt
 
 from worker.content.results import MAX_SEGMENTS, MAX_TEXT_CHARS, Segment
-from worker.content.text import clean_text
+from worker.content.text import BIDI_MARKS, clean_text
+from worker.content.webvtt_spec import NotWebVTT, cue_text, parse_webvtt, preprocess
 from worker.languages import normalise_tag
 from worker.reasons import Reason
 
@@ -29,8 +33,10 @@ _VTT_HEADER = re.compile(r"^WEBVTT(?:[ \t]|$)", re.M)
 _SRT_START = re.compile(r"^\d+[ \t]*\n[ \t]*\d+:\d{1,2}:\d{1,2}[,.]\d+[ \t]*-->")
 _COMMA_TIMING = re.compile(r"^[ \t]*(?:\d+:)?\d{1,2}:\d{1,2},\d+[ \t]*-->", re.M)
 _DOT_TIMING = re.compile(r"^[ \t]*(?:\d+:)?\d{1,2}:\d{1,2}\.\d+[ \t]*-->", re.M)
-_COMMA_MS = re.compile(r"(\d{1,2}:\d{1,2}),(\d+)")
-_TAG = re.compile(r"<[^>\n]*>")
+#: A SubRip timing line, well formed or not: a digit first, an arrow after (for counting).
+_SRT_TIMING_LINE = re.compile(r"^[ \t]*\d[^\n]*-->", re.M)
+#: SubRip markup players do not show: HTML-like tags and ASS override blocks ({\an8}).
+_SRT_MARKUP = re.compile(r"<[^>\n]*>|\{\\[^}\n]*\}")
 
 
 class CaptionError(Exception):
@@ -43,19 +49,25 @@ class CaptionError(Exception):
 
 @dataclass
 class ParsedCaptions:
-    """Segments of a caption file and what was dropped or cut on the way."""
+    """Segments of a caption file, their joined text and what was dropped or cut on the way."""
 
     caption_format: CaptionFormat
     segments: list[Segment]
+    #: The segments' text one per line, rolling repeats dropped (`collapse_rolling`).
+    text: str
     language: str | None = None
     invalid_cues: int = 0
     limited: bool = False
     reasons: list[Reason] = field(default_factory=list)
 
-    @property
-    def text(self) -> str:
-        """The segments' text joined, one cue per line."""
-        return "\n".join(segment.text for segment in self.segments)
+
+@dataclass(frozen=True)
+class RawCue:
+    """A cue as read, before cleaning: timing in milliseconds and its text (lines)."""
+
+    start_ms: int
+    end_ms: int
+    text: str
 
 
 def normalise_newlines(text: str) -> str:
@@ -66,7 +78,11 @@ def normalise_newlines(text: str) -> str:
 def sniff_format(
     text: str, mime_type: str | None = None, url: str | None = None
 ) -> CaptionFormat | None:
-    """Return the caption format of `text` (content first, then type and extension), or None."""
+    """Return the caption format of `text` (content first, then type and extension), or None.
+
+    This only picks the reader: a file sniffed as WebVTT whose signature is not exactly as the
+    specification says is then refused by the reader (invalid_captions).
+    """
     head = normalise_newlines(text)[:SNIFF_CHARS].lstrip()
     if head.startswith("WEBVTT") and _VTT_HEADER.match(head):
         return "webvtt"
@@ -95,34 +111,46 @@ def _bound_cues(text: str) -> tuple[str, int, bool]:
     return text, count, False
 
 
-def _cue_lines(raw: str) -> list[str]:
-    """Cue payload to clean lines: tags and timing leftovers removed, entities decoded."""
+def cue_lines(text: str) -> list[str]:
+    """A cue's text as clean, non-blank lines; the bidi marks (LRM, RLM, ALM) are kept."""
     lines = []
-    for line in raw.split("\n"):
-        if "-->" in line:
-            continue
-        cleaned = clean_text(html.unescape(_TAG.sub("", line)))
+    for line in text.split("\n"):
+        cleaned = " ".join(clean_text(line, keep=BIDI_MARKS).split())
         if cleaned:
-            lines.append(" ".join(cleaned.split()))
+            lines.append(cleaned)
     return lines
 
 
-def _parse(text: str, caption_format: CaptionFormat) -> tuple[list[webvtt.Caption], list[str]]:
-    """Parse with webvtt-py; return captions and WebVTT header metadata lines."""
-    text = text.lstrip("\n")
-    if not text.strip():
-        return [], []
-    if not text.startswith("WEBVTT") and "-->" not in text:
-        raise MalformedFileError("no cue timings and no WEBVTT header")
-    if caption_format == "subrip":
-        try:
-            return list(webvtt.from_buffer(io.StringIO(text), format="srt")), []
-        except (MalformedFileError, MalformedCaptionError):
-            text = "WEBVTT\n\n" + _COMMA_MS.sub(r"\1.\2", text)
-    elif not text.startswith("WEBVTT"):
-        text = "WEBVTT\n\n" + text
-    vtt = webvtt.from_string(text)
-    return list(vtt), list(vtt.metadata)
+def read_webvtt(text: str) -> tuple[list[RawCue], list[str], int]:
+    """Cues, header lines and dropped cue blocks of a preprocessed WebVTT file, or
+    CaptionError(invalid_captions) when the specification says it is not WebVTT."""
+    try:
+        parsed = parse_webvtt(text, preprocessed=True)
+    except NotWebVTT as exc:
+        raise CaptionError(Reason.INVALID_CAPTIONS) from exc
+    cues = [RawCue(c.start_ms, c.end_ms, cue_text(c.text)) for c in parsed.cues]
+    return cues, parsed.header, parsed.dropped_cues
+
+
+def read_subrip(text: str) -> tuple[list[RawCue], int]:
+    """Cues of a SubRip file (LF newlines) as `srt` reads them; the timing lines it skipped.
+
+    Markup players do not show (<i>, <font>, {\\an8}) goes; entities are decoded, as the
+    players that render SubRip's HTML-like tags do.
+    """
+    subtitles = list(srt.parse(text, ignore_errors=True))
+    if not subtitles and text.strip():
+        raise CaptionError(Reason.INVALID_CAPTIONS)
+    cues = [
+        RawCue(
+            int(sub.start.total_seconds() * 1000),
+            int(sub.end.total_seconds() * 1000),
+            html.unescape(_SRT_MARKUP.sub("", sub.content)),
+        )
+        for sub in subtitles
+    ]
+    skipped = len(_SRT_TIMING_LINE.findall(text)) - len(subtitles)
+    return cues, max(0, skipped)
 
 
 def _header_language(metadata: list[str]) -> str | None:
@@ -152,53 +180,57 @@ def _line_overlap(previous: list[str], current: list[str]) -> int:
     return 0
 
 
-def collapse_rolling(cues: list[tuple[int, int, list[str]]]) -> list[Segment]:
-    """Turn cues into segments, dropping words a cue repeats from the one before it."""
-    segments: list[Segment] = []
+def collapse_rolling(cues: list[list[str]]) -> list[str]:
+    """The joined text's lines: each cue's lines less the words it repeats from the one before.
+
+    Rolling auto-captions show each line twice (bottom, then top) and repeat words at the
+    seam; the text says them once. Segments are not collapsed: they keep every cue as it is.
+    """
+    out: list[str] = []
     previous: list[str] = []
-    for start, end, lines in cues:
+    for lines in cues:
         shared = _line_overlap(previous, lines)
-        new_lines = lines[shared:]
-        words = " ".join(new_lines).split()
+        words = " ".join(lines[shared:]).split()
         if not shared:
-            prev_words = " ".join(previous).split()
-            words = words[_overlap(prev_words, words) :]
+            words = words[_overlap(" ".join(previous).split(), words) :]
         previous = lines
-        if not words:
-            if segments and segments[-1].end_ms < end:
-                last = segments[-1]
-                segments[-1] = Segment(last.start_ms, end, last.text)
-            continue
-        segments.append(Segment(start, end, " ".join(words)[:MAX_TEXT_CHARS]))
-    return segments
+        if words:
+            out.append(" ".join(words))
+    return out
 
 
 def parse_captions(
     text: str, caption_format: CaptionFormat, declared_language: str | None = None
 ) -> ParsedCaptions:
-    """Parse a caption file; raise CaptionError when it is unparsable or has no cue."""
-    bounded, timing_lines, limited = _bound_cues(normalise_newlines(text))
-    try:
-        captions, metadata = _parse(bounded, caption_format)
-    except (MalformedFileError, MalformedCaptionError, ValueError) as exc:
-        raise CaptionError(Reason.INVALID_CAPTIONS) from exc
-    cues: list[tuple[int, int, list[str]]] = []
-    dropped = max(0, timing_lines - len(captions))
-    for caption in captions:
-        start, end = caption.start_time.in_milliseconds(), caption.end_time.in_milliseconds()
-        lines = _cue_lines(caption.raw_text)
-        if end <= start or start < 0 or not lines:
+    """Parse a caption file; raise CaptionError when it is not one or has no cue to show.
+
+    Cues that would never show (end not after start) or show nothing are dropped and counted
+    with those the reader dropped (invalid_cues).
+    """
+    # Cut on the text each reader sees: WebVTT keeps a second BOM, which is not a signature.
+    read = preprocess(text) if caption_format == "webvtt" else normalise_newlines(text)
+    bounded, _, limited = _bound_cues(read)
+    metadata: list[str] = []
+    if caption_format == "webvtt":
+        raw, metadata, dropped = read_webvtt(bounded)
+    else:
+        raw, dropped = read_subrip(bounded)
+    kept: list[tuple[RawCue, list[str]]] = []
+    for cue in raw:
+        lines = cue_lines(cue.text)
+        if cue.end_ms <= cue.start_ms or cue.start_ms < 0 or not lines:
             dropped += 1
             continue
-        cues.append((start, end, lines))
-    if not cues:
-        raise CaptionError(Reason.INVALID_CAPTIONS if timing_lines else Reason.NO_CAPTIONS)
-    segments = collapse_rolling(cues)
+        kept.append((cue, lines))
+    if not kept:
+        raise CaptionError(Reason.INVALID_CAPTIONS if dropped else Reason.NO_CAPTIONS)
     reasons: list[Reason] = []
-    if len(segments) > MAX_SEGMENTS or limited:
-        segments, limited = segments[:MAX_SEGMENTS], True
+    if len(kept) > MAX_SEGMENTS or limited:
+        kept, limited = kept[:MAX_SEGMENTS], True
         reasons.append(Reason.CUES_LIMITED)
     if dropped:
         reasons.append(Reason.INVALID_CUES)
+    segments = [Segment(c.start_ms, c.end_ms, " ".join(ls)[:MAX_TEXT_CHARS]) for c, ls in kept]
+    joined = "\n".join(line[:MAX_TEXT_CHARS] for line in collapse_rolling([ls for _, ls in kept]))
     language = _header_language(metadata) or normalise_tag(declared_language)
-    return ParsedCaptions(caption_format, segments, language, dropped, limited, reasons)
+    return ParsedCaptions(caption_format, segments, joined, language, dropped, limited, reasons)

@@ -12,6 +12,7 @@ from worker.content.decoding import decode_body
 from worker.content.markup import parse_bounded
 from worker.content.results import Content
 from worker.content.text import clean_inline, clean_text
+from worker.content.vote import second_opinion
 from worker.languages import is_mismatch, normalise_tag
 from worker.reasons import Reason
 
@@ -108,15 +109,18 @@ def is_login_wall(tree: lxml.html.HtmlElement, text: str, final_url: str) -> boo
 
 
 def main_text(tree: lxml.html.HtmlElement, url: str | None) -> str:
-    """Return the cleaned main text found by trafilatura (metadata is read with lxml: faster).
+    """Return the cleaned main text found by trafilatura (metadata is read with lxml: faster),
+    voted on line by line by readability-lxml where trafilatura is unsure (`second_opinion`).
 
-    trafilatura works on a copy of a tree it is given (core.bare_extraction), so `tree` is left
+    trafilatura and readability work on copies of the tree they are given, so `tree` is left
     unchanged for the title, the description and the images read from it afterwards.
     """
     text = _trafilatura_text(tree, url, EXTRACT_OPTIONS)
     if len(text) < FALLBACK_BELOW_CHARS:
         text = max(text, _trafilatura_text(tree, url, EXTRACT_OPTIONS | {"fast": False}), key=len)
-    return clean_text(text)
+    cleaned = clean_text(text)
+    voted = second_opinion(cleaned, tree)
+    return cleaned if voted is cleaned else clean_text(voted)
 
 
 def _trafilatura_text(

@@ -50,6 +50,8 @@ SNIFF_BYTES = 1445
 #: CR and ESC are text; ISO-2022-JP uses ESC). One in the first bytes makes a body binary.
 _BINARY_DATA_BYTE = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
 _BINARY_DATA_CHAR = re.compile("[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
+#: The same without NUL, for WebVTT: its parser turns NUL into U+FFFD, so NUL is text there.
+_BINARY_DATA_BYTE_BUT_NUL = re.compile(rb"[\x01-\x08\x0b\x0e-\x1a\x1c-\x1f]")
 #: Encodings whose text is full of 0x00 bytes: after their BOM, characters are checked instead.
 _WIDE_CODECS = frozenset({"utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"})
 
@@ -177,8 +179,15 @@ def parse_content_type(value: str | None) -> tuple[str | None, str | None]:
     return mime.strip().lower() or None, charset
 
 
-def looks_binary(body: bytes) -> bool:
+def is_webvtt_body(body: bytes) -> bool:
+    """Whether a body opens with the WebVTT signature (after a UTF-8 BOM)."""
+    return body.removeprefix(b"\xef\xbb\xbf").startswith(b"WEBVTT")
+
+
+def looks_binary(body: bytes, *, nul_is_text: bool = False) -> bool:
     """True for bodies that are not text: a known magic number, or a binary data byte.
+
+    With `nul_is_text` (WebVTT), NUL is not a binary data byte.
 
     Text after a UTF-16 or UTF-32 byte-order mark is judged by its characters, since its bytes
     are full of zeros: it is binary when it does not decode or holds a binary data character.
@@ -189,7 +198,8 @@ def looks_binary(body: bytes) -> bool:
     head = body[:SNIFF_BYTES]
     if head.startswith(_BINARY_MAGIC) or _MP4_BOX.match(head):
         return True
-    return _BINARY_DATA_BYTE.search(head) is not None
+    pattern = _BINARY_DATA_BYTE_BUT_NUL if nul_is_text else _BINARY_DATA_BYTE
+    return pattern.search(head) is not None
 
 
 def _wide_text_is_binary(head: bytes, codec: str) -> bool:
@@ -228,15 +238,16 @@ def media_type(declared: str | None, body: bytes, path: str) -> str:
 
     A declared type must be one of the output schema's (`application/octet-stream` is not: a
     browser would not render it as text, nor take it as a `<track>`); only a body served with
-    no type at all is sniffed. Binary bodies are refused whatever their label.
+    no type at all is sniffed. Binary bodies are refused whatever their label; NUL alone does
+    not make a WebVTT body binary (served as text/vtt, or undeclared with the signature).
     """
     if declared is not None:
         if declared not in ALLOWED_MIME_TYPES:
             raise FetchFailure(Reason.UNSUPPORTED_MEDIA, f"content type {declared}")
-        if looks_binary(body):
+        if looks_binary(body, nul_is_text=declared == "text/vtt"):
             raise FetchFailure(Reason.UNSUPPORTED_MEDIA, f"binary body served as {declared}")
         return declared
-    if looks_binary(body):
+    if looks_binary(body, nul_is_text=is_webvtt_body(body)):
         raise FetchFailure(Reason.UNSUPPORTED_MEDIA, "undeclared binary body")
     sniffed = sniff_text_type(body, path)
     if sniffed is None:
