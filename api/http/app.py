@@ -11,6 +11,7 @@ from api import errors
 from api.http import metrics
 from api.http.middleware import RequestMetrics
 from api.http.routes import briefs, chunks, evidence, health, images, retrievals
+from api.services import read as read_service
 from api.services import retrievals as retrieval_service
 
 #: Longest the API waits at start for its warm-up before taking requests anyway.
@@ -31,6 +32,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     gc.collect()
     gc.freeze()
     yield
+    read_service.close_image_fetcher()
 
 
 def create_app() -> FastAPI:

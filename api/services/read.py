@@ -80,6 +80,13 @@ def _image_fetcher() -> Any:
     return get_fetcher()
 
 
+def close_image_fetcher() -> None:
+    """Close the fetcher image bytes came through (pooled TLS connections, a Redis client)."""
+    from worker.jobs.runner import close_fetcher
+
+    close_fetcher()
+
+
 def get_image(session: Session, principal: Principal, request: ImageGetRequest) -> dict[str, Any]:
     """research_get_image: one image by id, with its checked bytes when asked for."""
     principal.require(None)
