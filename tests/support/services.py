@@ -152,7 +152,8 @@ class RedisServer:
         import redis
 
         try:
-            return bool(redis.Redis(port=self.port, socket_connect_timeout=0.2).ping())
+            with redis.Redis(port=self.port, socket_connect_timeout=0.2) as client:
+                return bool(client.ping())
         except redis.RedisError:
             return False
 

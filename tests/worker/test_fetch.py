@@ -28,10 +28,10 @@ SLACK = 1.5
 
 @pytest.fixture(autouse=True)
 def _clean_redis() -> Iterator[None]:
-    client = redis.Redis.from_url(hostile.TEST_REDIS_URL)
-    client.flushdb()
-    yield
-    client.flushdb()
+    with redis.Redis.from_url(hostile.TEST_REDIS_URL) as client:
+        client.flushdb()
+        yield
+        client.flushdb()
 
 
 @pytest.fixture(scope="module")
