@@ -24,7 +24,7 @@ run: install  ## Run the whole service here: API, worker, beat and Flower (SQLit
 demo: install  ## Watch it work offline: local HTTPS samples, API, worker, beat, `evidence enqueue --wait`
 	./deploy/demo.sh
 
-COVERAGE_FLOOR ?= 85
+COVERAGE_FLOOR ?= 93
 COV := COVERAGE_FILE=$(abspath var/coverage/data) $(PY) -m coverage
 test: install  ## Run the test suite (PostgreSQL, then lifecycle and read side on SQLite) with coverage
 	./deploy/ensure-services.sh --postgres

@@ -59,15 +59,16 @@ class Stack:
         self.probe_dir.mkdir(exist_ok=True)
 
     def _spawn(self, name: str, module: str, *args: str) -> subprocess.Popen[bytes]:
-        log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115  (closed with the process)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        # The child gets its own copy of the descriptor: ours is closed as soon as it started.
+        with open(self.tmp / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", module, *args],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs[name] = proc
         return proc
 

@@ -13,6 +13,7 @@ from api.http import metrics, openapi
 from api.http.body_limit import BodyLimit
 from api.http.middleware import RequestMetrics
 from api.http.routes import briefs, chunks, evidence, health, images, retrievals
+from api.services import image_fetch
 from api.services import retrievals as retrieval_service
 
 #: Longest the API waits at start for its warm-up before taking requests anyway.
@@ -33,6 +34,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     gc.collect()
     gc.freeze()
     yield
+    image_fetch.close_image_fetcher()
 
 
 DESCRIPTION = """Fetch public pages and caption files into immutable evidence revisions, and

@@ -103,6 +103,13 @@ def _fetch(url: str, timeout: float) -> tuple[bytes, str]:
     return fetch_image(get_fetcher(), url, total_seconds=timeout)
 
 
+def close_image_fetcher() -> None:
+    """Close the fetcher image bytes came through (pooled TLS connections, a Redis client)."""
+    from worker.jobs.runner import close_fetcher
+
+    close_fetcher()
+
+
 async def image_bytes(principal: Principal, url: str) -> tuple[bytes, str]:
     """(bytes, format) of the image at `url`, within the per-key, pool and time bounds."""
     settings = get_settings()

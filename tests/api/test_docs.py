@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -27,8 +29,11 @@ ROUTES = [
 
 
 @pytest.fixture(scope="module")
-def client() -> TestClient:
-    return TestClient(app)
+def client() -> Iterator[TestClient]:
+    # Not entered as a context manager: these routes need no lifespan (warm-up, frozen heap).
+    client = TestClient(app)
+    yield client
+    client.close()
 
 
 class TestDocs:

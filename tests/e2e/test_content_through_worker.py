@@ -1006,7 +1006,8 @@ class TestGuardThroughWorker:
         finally:
             # The 429 makes every worker leave the site alone for 120 s: lift that for the
             # rest of the session.
-            redis.Redis.from_url(env.broker_url).delete(backoff_key)
+            with redis.Redis.from_url(env.broker_url) as client:
+                client.delete(backoff_key)
         assert done["state"] == "completed"
         result = done["result"]
         assert (result["status"], result["reason"]) == ("rate_limited", "rate_limited")

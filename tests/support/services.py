@@ -55,15 +55,16 @@ class Process:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Process:
-        log = open(self.log_path, "ab")  # noqa: SIM115  (closed with the process)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", *self.args],
-            cwd=ROOT,
-            env={**os.environ, **(self.env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        # The child gets its own copy of the descriptor: ours is closed as soon as it started.
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "api.cli", *self.args],
+                cwd=ROOT,
+                env={**os.environ, **(self.env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return self
 
     @property
@@ -151,7 +152,8 @@ class RedisServer:
         import redis
 
         try:
-            return bool(redis.Redis(port=self.port, socket_connect_timeout=0.2).ping())
+            with redis.Redis(port=self.port, socket_connect_timeout=0.2) as client:
+                return bool(client.ping())
         except redis.RedisError:
             return False
 

@@ -84,7 +84,12 @@ class _Server(ThreadingHTTPServer):
             tls = self.context.wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError):
             return
-        super().finish_request(tls, client_address)
+        # The wrapped socket took over the descriptor (the original is detached, so the
+        # server's own shutdown_request closes nothing): close the TLS socket here.
+        try:
+            super().finish_request(tls, client_address)
+        finally:
+            self.shutdown_request(tls)
 
 
 class TLSSite:

@@ -15,9 +15,11 @@ import pytest
 import redis
 
 from tests.support import hostile
+from tests.support.services import RedisServer, wait_for
 from tests.support.tls_site import Page, TLSSite
 from worker.fetch.errors import parse_content_type, parse_retry_after
 from worker.fetch.fetcher import ALLOWED_MIME_TYPES, Fetcher
+from worker.fetch.politeness import Politeness, SharedState
 from worker.fetch.types import FetchedResponse, FetchFailure
 from worker.reasons import Reason
 
@@ -26,10 +28,10 @@ SLACK = 1.5
 
 @pytest.fixture(autouse=True)
 def _clean_redis() -> Iterator[None]:
-    client = redis.Redis.from_url(hostile.private_redis_url())
-    client.flushdb()
-    yield
-    client.flushdb()
+    with redis.Redis.from_url(hostile.private_redis_url()) as client:
+        client.flushdb()
+        yield
+        client.flushdb()
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +57,16 @@ def make(site: TLSSite, tmp_path: Path, dialer: hostile.LoopbackOnlyDialer) -> I
     made: list[Fetcher] = []
     ca = site.write_ca(tmp_path / "ca.pem")
 
-    def build(ports: list[int] | None = None, **overrides: Any) -> Fetcher:
+    def build(
+        ports: list[int] | None = None, politeness: Politeness | None = None, **overrides: Any
+    ) -> Fetcher:
         overrides.setdefault("ca_bundle", ca)
         settings = hostile.fetch_settings(ports or [site.port], **overrides)
         fetcher = Fetcher(
             settings,  # type: ignore[arg-type]
             resolver=hostile.static_resolver(hostile.TEST_HOSTS),
             dialer=dialer,  # type: ignore[arg-type]
+            politeness=politeness,
         )
         made.append(fetcher)
         return fetcher
@@ -402,18 +407,15 @@ class TestRebinding:
         ca = site.write_ca(tmp_path / "ca.pem")
         dialer = hostile.LoopbackOnlyDialer()
         settings = hostile.fetch_settings([site.port], ca_bundle=ca)
-        fetcher = Fetcher(settings, resolver=rebinding, dialer=dialer)  # type: ignore[arg-type]
-        try:
-            assert fetcher.fetch(site.url("/rb", host="site.test")).body == b"<p>rb</p>"
+        with Fetcher(settings, resolver=rebinding, dialer=dialer) as first:  # type: ignore[arg-type]
+            assert first.fetch(site.url("/rb", host="site.test")).body == b"<p>rb</p>"
             assert calls == ["site.test"]
             assert dialer.dialled == [("127.0.0.1", site.port)]
-            fetcher.client.close()
-            fetcher = Fetcher(settings, resolver=rebinding, dialer=dialer)  # type: ignore[arg-type]
-            failure = fail(fetcher, site.url("/rb", host="site.test"))
+        # A fresh pool, so the second fetch must dial (and resolve) again.
+        with Fetcher(settings, resolver=rebinding, dialer=dialer) as second:  # type: ignore[arg-type]
+            failure = fail(second, site.url("/rb", host="site.test"))
             assert failure.reason is Reason.UNSAFE_URL
             assert dialer.dialled == [("127.0.0.1", site.port)]
-        finally:
-            fetcher.close()
 
 
 class TestSlowDns:
@@ -482,3 +484,47 @@ class TestRetryAfterAndContentType:
     def test_content_type(self, header: str | None, expected: tuple[str | None, ...]) -> None:
         """Media type lower-cased; charset as its Encoding Standard name, else None."""
         assert parse_content_type(header) == expected
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server only the fetcher under test talks to, so its client list is exact."""
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+def other_clients(observer: redis.Redis) -> list[str]:
+    """Addresses of the clients connected to the observer's server, the observer excepted."""
+    own = observer.client_id()
+    return [c["addr"] for c in observer.client_list() if int(c["id"]) != own]
+
+
+class TestClose:
+    """A closed fetcher leaves no connection open: not to the site, not to Redis."""
+
+    def test_close_ends_pooled_and_redis_connections(
+        self, site: TLSSite, make: Any, private_redis: RedisServer
+    ) -> None:
+        fetcher = make(redis_url=private_redis.url)
+        fetcher.fetch(site.page("/close", "<p>bye</p>"))
+        pool = fetcher.client._transport.pool
+        assert len(pool.connections) == 1, "the keep-alive connection is pooled"
+        with redis.Redis.from_url(private_redis.url) as observer:
+            assert len(other_clients(observer)) == 1, "politeness asked Redis"
+            fetcher.close()
+            assert fetcher.client.is_closed and pool.connections == []
+            wait_for(lambda: not other_clients(observer), timeout=5, interval=0.05)
+
+    def test_a_politeness_passed_in_stays_open(
+        self, site: TLSSite, make: Any, private_redis: RedisServer
+    ) -> None:
+        """The caller owns what it passed in: closing the fetcher leaves its Redis client alone."""
+        politeness = Politeness(SharedState(private_redis.url))
+        fetcher = make(politeness=politeness)
+        fetcher.fetch(site.page("/shared", "<p>shared</p>"))
+        fetcher.close()
+        assert politeness.state.client.ping()
+        with redis.Redis.from_url(private_redis.url) as observer:
+            assert len(other_clients(observer)) == 1
+        politeness.state.close()

@@ -24,10 +24,10 @@ UNREACHABLE_REDIS = "redis://127.0.0.1:1/15"
 
 @pytest.fixture(autouse=True)
 def _clean_redis() -> Iterator[None]:
-    client = redis.Redis.from_url(hostile.private_redis_url())
-    client.flushdb()
-    yield
-    client.flushdb()
+    with redis.Redis.from_url(hostile.private_redis_url()) as client:
+        client.flushdb()
+        yield
+        client.flushdb()
 
 
 @pytest.fixture
@@ -35,6 +35,14 @@ def site() -> Iterator[TLSSite]:
     with TLSSite() as running:
         running.page("/ok", "<p>ok</p>")
         yield running
+
+
+@pytest.fixture
+def state() -> Iterator[SharedState]:
+    """Politeness state on the test Redis, its client closed after the test."""
+    shared = SharedState(hostile.private_redis_url())
+    yield shared
+    shared.close()
 
 
 @pytest.fixture
@@ -101,15 +109,14 @@ class TestBackoff:
         time.sleep(1.1)
         assert fetcher.fetch(site.url("/ok")).body == b"<p>ok</p>"
 
-    def test_other_hosts_unaffected(self, site: TLSSite, make: Any) -> None:
+    def test_other_hosts_unaffected(self, site: TLSSite, make: Any, state: SharedState) -> None:
         """A back-off on one origin does not touch another."""
-        state = SharedState(hostile.private_redis_url())
         Politeness(state).record_backoff("https://example.org:443", 100)
         assert make().fetch(site.url("/ok")).body == b"<p>ok</p>"
 
-    def test_never_shortened(self) -> None:
+    def test_never_shortened(self, state: SharedState) -> None:
         """A shorter Retry-After does not cut an existing longer back-off."""
-        politeness = Politeness(SharedState(hostile.private_redis_url()))
+        politeness = Politeness(state)
         politeness.record_backoff("https://h:443", 100)
         politeness.record_backoff("https://h:443", 5)
         remaining = politeness.backoff_remaining("https://h:443")
@@ -119,9 +126,11 @@ class TestBackoff:
 class TestSlots:
     """At most per_host_limit fetches of one host run at once, fleet-wide."""
 
-    def test_full_host_waits_then_rate_limited(self, site: TLSSite, make: Any) -> None:
+    def test_full_host_waits_then_rate_limited(
+        self, site: TLSSite, make: Any, state: SharedState
+    ) -> None:
         """With every slot taken, a fetch waits out its deadline and is rate_limited."""
-        politeness = Politeness(SharedState(hostile.private_redis_url()), per_host_limit=1)
+        politeness = Politeness(state, per_host_limit=1)
         fetcher = make(politeness=politeness, fetch_total_timeout_seconds=0.5)
         origin = f"https://127.0.0.1:{site.port}"
         start = time.monotonic()
@@ -131,21 +140,19 @@ class TestSlots:
         assert time.monotonic() - start < 2.0
         assert "/ok" not in site.hits
 
-    def test_slot_released(self, site: TLSSite, make: Any) -> None:
+    def test_slot_released(self, site: TLSSite, make: Any, state: SharedState) -> None:
         """Slots are given back after each fetch, success or failure."""
-        politeness = Politeness(SharedState(hostile.private_redis_url()), per_host_limit=1)
+        politeness = Politeness(state, per_host_limit=1)
         fetcher = make(politeness=politeness)
         for _ in range(3):
             fetcher.fetch(site.url("/ok"))
         assert failure_of(fetcher, site.url("/missing")).reason is Reason.NOT_FOUND
-        client = redis.Redis.from_url(hostile.private_redis_url())
-        assert client.zcard(f"evidence:slots:https://127.0.0.1:{site.port}") == 0
+        with redis.Redis.from_url(hostile.private_redis_url()) as client:
+            assert client.zcard(f"evidence:slots:https://127.0.0.1:{site.port}") == 0
 
-    def test_crashed_holder_expires(self) -> None:
+    def test_crashed_holder_expires(self, state: SharedState) -> None:
         """A slot whose holder died is reclaimed after its lease."""
-        politeness = Politeness(
-            SharedState(hostile.private_redis_url()), per_host_limit=1, slot_lease_seconds=0.3
-        )
+        politeness = Politeness(state, per_host_limit=1, slot_lease_seconds=0.3)
         assert politeness._acquire("evidence:slots:x", "dead-holder")
         assert not politeness._acquire("evidence:slots:x", "waiting")
         time.sleep(0.35)

@@ -126,10 +126,10 @@ class TestMatching:
 
 @pytest.fixture(autouse=True)
 def _clean_redis() -> Iterator[None]:
-    client = redis.Redis.from_url(hostile.private_redis_url())
-    client.flushdb()
-    yield
-    client.flushdb()
+    with redis.Redis.from_url(hostile.private_redis_url()) as client:
+        client.flushdb()
+        yield
+        client.flushdb()
 
 
 @pytest.fixture

@@ -101,8 +101,12 @@ class Fetcher:
             follow_redirects=False,
             trust_env=False,
         )
-        state = SharedState(settings.politeness_redis_url)
-        self.politeness = politeness or Politeness(state)
+        # Politeness passed in belongs to the caller; the Redis client made here is closed here.
+        self._own_state: SharedState | None = None
+        if politeness is None:
+            self._own_state = SharedState(settings.politeness_redis_url)
+            politeness = Politeness(self._own_state)
+        self.politeness = politeness
         self.robots = RobotsPolicy(self.politeness.state, settings.user_agent, self._fetch_robots)
 
     def fetch(self, url: str) -> FetchedResponse:
@@ -142,8 +146,16 @@ class Fetcher:
             )
 
     def close(self) -> None:
-        """Close pooled connections and the Redis client."""
+        """Close pooled connections and the Redis client this fetcher made."""
         self.client.close()
+        if self._own_state is not None:
+            self._own_state.close()
+
+    def __enter__(self) -> Fetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # Internals.
     def _guard(self, url: str) -> ParsedTarget:

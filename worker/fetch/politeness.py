@@ -54,12 +54,19 @@ class SharedState:
 
     def __init__(self, url: str, *, prefix: str = "evidence:", client: Any = None) -> None:
         self.prefix = prefix
+        #: A client passed in belongs to the caller; one made here is closed by `close`.
+        self._owns_client = client is None
         self.client = client or redis.Redis.from_url(
             url,
             socket_timeout=REDIS_TIMEOUT_SECONDS,
             socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
         )
         self._quiet_until = 0.0
+
+    def close(self) -> None:
+        """Disconnect the Redis client made here (a client passed in is left to its owner)."""
+        if self._owns_client:
+            self.client.close()
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)

@@ -107,3 +107,11 @@ def _after_fork(**_: Any) -> None:
 
     db.skip_pre_ping()  # also forgets the parent's engine
     runner.reset_fetcher()
+
+
+@signals.worker_process_shutdown.connect
+def _before_child_exit(**_: Any) -> None:
+    """A pool child ends with os._exit, which closes nothing: close its fetcher first."""
+    from worker.jobs import runner
+
+    runner.close_fetcher()

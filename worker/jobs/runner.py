@@ -36,9 +36,20 @@ def get_fetcher() -> Fetcher:
 
 
 def reset_fetcher() -> None:
-    """Drop the fetcher (after a fork, or when settings change in tests)."""
+    """Drop the fetcher without closing it: after a fork its sockets are the parent's."""
     global _fetcher
     _fetcher = None
+
+
+def close_fetcher() -> None:
+    """Close the process's fetcher (its pooled connections and Redis client), if it made one.
+
+    Called when the process stops serving; a later `get_fetcher` makes a fresh one.
+    """
+    global _fetcher
+    fetcher, _fetcher = _fetcher, None
+    if fetcher is not None:
+        fetcher.close()
 
 
 def produce_output(claim: retrievals.Claim) -> PipelineOutput:
