@@ -116,13 +116,13 @@ def _parse(text: str, caption_format: CaptionFormat) -> tuple[list[webvtt.Captio
         raise MalformedFileError("no cue timings and no WEBVTT header")
     if caption_format == "subrip":
         try:
-            return list(webvtt.from_buffer(io.StringIO(text), format="srt")), []
+            return list(webvtt.from_buffer(io.StringIO(text), format="srt").captions), []
         except (MalformedFileError, MalformedCaptionError):
             text = "WEBVTT\n\n" + _COMMA_MS.sub(r"\1.\2", text)
     elif not text.startswith("WEBVTT"):
         text = "WEBVTT\n\n" + text
     vtt = webvtt.from_string(text)
-    return list(vtt), list(vtt.metadata)
+    return list(vtt.captions), list(vtt.metadata)
 
 
 def _header_language(metadata: list[str]) -> str | None:
