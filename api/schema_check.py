@@ -7,12 +7,13 @@ expressions, where `$` is the end of the text; `regress` implements exactly thos
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
 
 import regress
 from jsonschema import Draft7Validator, FormatChecker, ValidationError, validators
+from jsonschema.protocols import Validator
 from pydantic import TypeAdapter
 from pydantic import ValidationError as ModelValidationError
 
@@ -32,8 +33,12 @@ def _pattern(
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
+#: `validators.extend`, which types-jsonschema leaves unannotated: it makes a new validator class
+#: (not a subclass of the one extended).
+_extend: Callable[[type[Validator], dict[str, Any]], type[Validator]] = validators.extend
+
 #: Draft 7, with `pattern` as ECMA-262 defines it.
-EcmaDraft7Validator = validators.extend(Draft7Validator, {"pattern": _pattern})
+EcmaDraft7Validator = _extend(Draft7Validator, {"pattern": _pattern})
 
 
 def format_checker() -> FormatChecker:
@@ -50,6 +55,6 @@ def format_checker() -> FormatChecker:
     return checker
 
 
-def input_validator(schema: dict[str, Any]) -> Draft7Validator:
+def input_validator(schema: dict[str, Any]) -> Validator:
     """The validator of a tool's input schema."""
     return EcmaDraft7Validator(schema, format_checker=format_checker())

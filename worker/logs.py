@@ -7,12 +7,13 @@ from types import TracebackType
 from typing import Any
 
 import structlog
+from structlog.types import EventDict
 
 #: Keys whose values never reach a log line.
 REDACTED_KEYS = frozenset({"authorization", "api_key", "key", "secret", "password", "text"})
 
 
-def _redact(_: object, __: str, event_dict: dict[str, object]) -> dict[str, object]:
+def _redact(_: object, __: str, event_dict: EventDict) -> EventDict:
     for key in REDACTED_KEYS & event_dict.keys():
         event_dict[key] = "[redacted]"
     return event_dict

@@ -58,7 +58,7 @@ def backoff_delay(
     rand: Callable[[], float] = random.random,
 ) -> float:
     """Seconds to sleep after failed `attempt` (1-based): full jitter, at least Retry-After."""
-    ceiling = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
+    ceiling: float = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
     delay = ceiling * rand()
     if retry_after is not None:
         delay = max(delay, min(retry_after, policy.max_retry_after))

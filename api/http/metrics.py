@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Response
@@ -47,8 +47,11 @@ from worker.store.models import Retrieval
 #: Seconds a scrape's database/broker/Redis reads are reused for (0 = always fresh).
 CACHE_SECONDS = float(os.environ.get("EVIDENCE_METRICS_CACHE_SECONDS", "5"))
 OPEN_STATES = (S.PENDING.value, S.RUNNING.value)
+#: prometheus-client leaves these two unannotated: their signatures, so calls to them type-check.
+_disable_created_metrics: Callable[[], None] = disable_created_metrics
+_multiprocess_collector: Callable[[CollectorRegistry], object] = MultiProcessCollector
 REGISTRY = CollectorRegistry()
-disable_created_metrics()  # `_created` series only add noise to every counter
+_disable_created_metrics()  # `_created` series only add noise to every counter
 T = Retrieval.__table__.c  # type: ignore[attr-defined]
 
 HTTP_REQUESTS = Counter(
@@ -140,7 +143,7 @@ def _database_rows() -> Rows | None:
     rows = Rows()
     try:
         with db.session_scope(readonly=True) as session:
-            rows.groups = [tuple(row) for row in session.execute(query)]  # type: ignore[misc]
+            rows.groups = [tuple(row) for row in session.execute(query)]
             rows.oldest = retrievals.oldest_open_age(session, clock.now())
     except Exception:  # noqa: BLE001  (a scrape reports the database as down, never fails)
         return None
@@ -200,7 +203,7 @@ def scrape_registry() -> CollectorRegistry:
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return REGISTRY
     registry = CollectorRegistry()
-    MultiProcessCollector(registry)
+    _multiprocess_collector(registry)
     registry.register(STATE)
     return registry
 

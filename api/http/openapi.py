@@ -101,6 +101,13 @@ def _brief_links() -> dict[str, Any]:
     }
 
 
+def _body_and_answer(
+    example: tuple[dict[str, Any], dict[str, Any]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A brief route's (request body, answer) example: typed, so it fills just those two fields."""
+    return example
+
+
 def operations() -> dict[tuple[str, str], Operation]:
     """Every documented route, by (method, path)."""
     ex = examples()
@@ -175,14 +182,19 @@ def operations() -> dict[tuple[str, str], Operation]:
             ex["image"],
         ),
         ("post", "/research-api/briefs/get"): Operation(
-            "getBrief", "BriefGetRequest", {200: brief}, (404, 413), *ex["brief_get"], links=links
+            "getBrief",
+            "BriefGetRequest",
+            {200: brief},
+            (404, 413),
+            *_body_and_answer(ex["brief_get"]),
+            links=links,
         ),
         ("post", "/research-api/briefs/create"): Operation(
             "createBrief",
             "BriefCreateRequest",
             {200: brief},
             (409, 413),
-            *ex["brief_create"],
+            *_body_and_answer(ex["brief_create"]),
             links=links,
         ),
         ("post", "/research-api/briefs/revise"): Operation(
@@ -190,7 +202,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             "BriefReviseRequest",
             {200: brief},
             (404, 409, 413),
-            *ex["brief_revise"],
+            *_body_and_answer(ex["brief_revise"]),
             links=links,
         ),
         ("post", "/research-api/briefs/review"): Operation(
@@ -198,7 +210,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             "BriefReviewRequest",
             {200: brief},
             (404, 409, 413),
-            *ex["brief_review"],
+            *_body_and_answer(ex["brief_review"]),
             links=links,
         ),
         ("post", "/research-api/briefs/archive"): Operation(
@@ -206,7 +218,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             "BriefArchiveRequest",
             {200: brief},
             (404, 409, 413),
-            *ex["brief_archive"],
+            *_body_and_answer(ex["brief_archive"]),
             links=links,
         ),
         ("get", "/healthz"): Operation(

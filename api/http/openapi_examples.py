@@ -7,7 +7,7 @@ schemas (a test validates every example against its schema).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from api.mcp.tools import contract_file
 
@@ -17,7 +17,7 @@ def _example(name: str) -> dict[str, Any]:
 
 
 def _arguments(name: str) -> dict[str, Any]:
-    return _example(f"{name}.example_call")["arguments"]
+    return cast("dict[str, Any]", _example(f"{name}.example_call")["arguments"])
 
 
 def examples() -> dict[str, Any]:

@@ -134,7 +134,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._headers_too_large = False
 
     # Connections.
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
         if self.max_connections is not None and len(self.connections) > self.max_connections:
             self._make_room()

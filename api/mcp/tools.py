@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.to_thread
-from jsonschema import Draft7Validator, ValidationError
+from jsonschema import ValidationError
+from jsonschema.protocols import Validator
 from pydantic import BaseModel
 from pydantic import ValidationError as ModelValidationError
 
@@ -88,20 +89,28 @@ def provide(filename: str, document: dict[str, Any]) -> None:
 def contract_file(filename: str) -> dict[str, Any]:
     """A fresh copy of one contract file's JSON (or of the document provided in its place)."""
     text = contract.text(filename)
-    return json.loads(text if text is not None else PROVIDED[filename])
+    return cast("dict[str, Any]", json.loads(text if text is not None else PROVIDED[filename]))
 
 
 @cache
-def _input_validator(contract: str) -> Draft7Validator:
+def _input_validator(contract: str) -> Validator:
     return input_validator(contract_file(f"{contract}.input.json"))
 
 
 def _field_of(error: ValidationError) -> str | None:
     """The argument a JSON Schema error is about (the missing or unknown one when that's it)."""
-    if error.validator == "required" and isinstance(error.instance, dict):
+    if (
+        error.validator == "required"
+        and isinstance(error.instance, dict)
+        and isinstance(error.validator_value, list)
+    ):
         missing = [name for name in error.validator_value if name not in error.instance]
         return str(missing[0]) if missing else None
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+    if (
+        error.validator == "additionalProperties"
+        and isinstance(error.instance, dict)
+        and isinstance(error.schema, Mapping)
+    ):
         known = error.schema.get("properties", {})
         extra = [name for name in error.instance if name not in known]
         return str(extra[0]) if extra else None

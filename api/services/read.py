@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -110,7 +111,12 @@ def bad_evidence(exc: briefs.BadEvidence) -> ApiError:
     )
 
 
-def _write(principal: Principal, workspace_id: uuid.UUID, brief_id: uuid.UUID, fn: Any) -> Any:
+def _write(
+    principal: Principal,
+    workspace_id: uuid.UUID,
+    brief_id: uuid.UUID,
+    fn: Callable[[Session], int | None],
+) -> dict[str, Any]:
     """Run a brief write in its own transaction, translating the store's refusals."""
     principal.require(None)
     if not principal.can_read(workspace_id):

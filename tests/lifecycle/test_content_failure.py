@@ -55,7 +55,7 @@ def test_unexpected_extraction_error_settles_on_first_attempt(
         raise RuntimeError(SECRET)
 
     monkeypatch.setattr(html.trafilatura, "bare_extraction", explode)
-    assert runner.run_retrieval(stored) == "settled"
+    assert runner.run_retrieval(stored)["delivery"] == "settled"
 
     response = api.get(str(stored))
     assert SECRET not in response.text

@@ -3,10 +3,12 @@
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 from urllib.parse import urlsplit
 
 import lxml.html
 import trafilatura
+from trafilatura.settings import Document
 
 from worker.content.decoding import decode_body
 from worker.content.markup import parse_bounded
@@ -18,11 +20,23 @@ from worker.reasons import Reason
 
 #: Below this much main text (characters), a page with a password field is a login wall.
 LOGIN_MAX_TEXT_CHARS = 400
+
+
+class ExtractOptions(TypedDict, total=False):
+    """The `trafilatura.bare_extraction` options chosen here, named so they type-check."""
+
+    favor_precision: bool
+    favor_recall: bool
+    include_tables: bool
+    include_comments: bool
+    fast: bool
+
+
 #: trafilatura options, chosen by measured F1 (bench/extraction_quality.py). `fast` skips
 #: trafilatura's fallback extractors (readability, jusText), which cost as much again as its
 #: own pass and changed nothing on the labelled set; a page whose fast pass finds less than
 #: FALLBACK_BELOW_CHARS is extracted again with them (`main_text`).
-EXTRACT_OPTIONS: dict[str, bool] = {
+EXTRACT_OPTIONS: ExtractOptions = {
     "favor_precision": True,
     "favor_recall": False,
     "include_tables": True,
@@ -123,11 +137,9 @@ def main_text(tree: lxml.html.HtmlElement, url: str | None) -> str:
     return cleaned if voted is cleaned else clean_text(voted)
 
 
-def _trafilatura_text(
-    tree: lxml.html.HtmlElement, url: str | None, options: dict[str, bool]
-) -> str:
+def _trafilatura_text(tree: lxml.html.HtmlElement, url: str | None, options: ExtractOptions) -> str:
     doc = trafilatura.bare_extraction(tree, url=url, with_metadata=False, **options)
-    return (doc.text or "") if doc is not None else ""
+    return (doc.text or "") if isinstance(doc, Document) else ""
 
 
 def extract_html(

@@ -82,7 +82,7 @@ def _first(tree: lxml.html.HtmlElement, xpath: str) -> str | None:
 
 
 def _img_src(img: lxml.html.HtmlElement) -> str | None:
-    src = img.get("src") or img.get("data-src")
+    src: str | None = img.get("src") or img.get("data-src")
     if not src and img.get("srcset"):
         src = img.get("srcset", "").split(",")[0].split()[0]
     return src

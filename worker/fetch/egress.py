@@ -236,7 +236,7 @@ class BodyDecoder:
     def __init__(self, encoding: str) -> None:
         self.encoding = encoding
         self._pending = b""
-        self._zlib: Any = None
+        self._zlib: zlib._Decompress | None = None
         self._brotli: Any = None
         if encoding == "gzip":
             self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -250,7 +250,7 @@ class BodyDecoder:
         if self.encoding == "identity":
             return data[:room]
         if self._brotli is not None:
-            out = self._brotli.process(data, output_buffer_limit=room)
+            out: bytes = self._brotli.process(data, output_buffer_limit=room)
             while len(out) < room and not self._brotli.can_accept_more_data():
                 out += self._brotli.process(b"", output_buffer_limit=room - len(out))
             return out[:room]

@@ -14,7 +14,7 @@ import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 import structlog
@@ -83,7 +83,7 @@ class MeteredFetcher:
         """Fetch through the wrapped fetcher and record the outcome."""
         start = time.perf_counter()
         try:
-            response = self.inner.fetch(url)
+            response: FetchedResponse = self.inner.fetch(url)
         except FetchFailure as failure:
             record_fetch(failure.reason.value, time.perf_counter() - start, 0)
             raise
@@ -140,6 +140,7 @@ def parse_stats(raw: dict[bytes | str, bytes | str]) -> FetchStats:
 def read_stats() -> FetchStats | None:
     """The fleet's fetch histograms, or None when Redis cannot be read now."""
     try:
-        return parse_stats(_redis().hgetall(METRICS_KEY))
+        # redis-py types its commands for the sync and async clients at once; this one is sync.
+        return parse_stats(cast("dict[bytes | str, bytes | str]", _redis().hgetall(METRICS_KEY)))
     except (redis.RedisError, OSError):
         return None

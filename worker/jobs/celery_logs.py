@@ -58,5 +58,5 @@ def redirect_output() -> None:
     The handlers keep the real stderr: they captured it when `worker.logs` configured them.
     """
     proxy = LoggingProxy(logging.getLogger(REDIRECTED_LOGGER), logging.WARNING)
-    sys.stdout = proxy  # type: ignore[assignment]
-    sys.stderr = proxy  # type: ignore[assignment]
+    sys.stdout = proxy
+    sys.stderr = proxy

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from worker.clock import isoformat
 from worker.store.models import MAX_STORED_REVISION, Evidence
 from worker.store.read_models import Brief, BriefRevision
+from worker.store.typed import table_of
 
 B = Brief.__table__.c  # type: ignore[attr-defined]
 BR = BriefRevision.__table__.c  # type: ignore[attr-defined]
@@ -86,7 +87,7 @@ def _add_revision(
     session: Session, brief_id: uuid.UUID, revision: int, content: dict[str, Any], now: datetime
 ) -> None:
     session.execute(
-        sa.insert(BriefRevision.__table__).values(
+        sa.insert(table_of(BriefRevision)).values(
             brief_id=brief_id, revision=revision, content=content, created_at=now
         )
     )
@@ -99,7 +100,7 @@ def create_brief(
     check_evidence(session, workspace_id, content)
     brief_id = uuid.uuid4()
     session.execute(
-        sa.insert(Brief.__table__).values(
+        sa.insert(table_of(Brief)).values(
             id=brief_id,
             workspace_id=workspace_id,
             latest_revision=1,

@@ -92,7 +92,7 @@ def ranked(
     if not terms:
         return None
     if session.bind.dialect.name == "postgresql":  # type: ignore[union-attr]
-        tsv = sa.literal_column(f"{table.name}.tsv")
+        tsv: sa.ColumnClause[object] = sa.literal_column(f"{table.name}.tsv")
         tsq = _tsquery(" ".join(terms), set(configs) | {SIMPLE})
         score = sa.func.ts_rank_cd(tsv, tsq).label("score")
         return stmt.where(tsv.op("@@")(tsq)), score

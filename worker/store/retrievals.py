@@ -22,6 +22,7 @@ from worker.states import RetrievalState as S
 from worker.states import sources_of
 from worker.store import evidence
 from worker.store.models import Retrieval
+from worker.store.typed import rowcount
 
 if TYPE_CHECKING:
     from worker.content.images import ImageRef
@@ -108,7 +109,7 @@ def create_retrieval(
     caught by the sweep, which republishes pending rows whose publish is old.
     """
     stmt = (
-        _insert(session)(Retrieval.__table__)
+        _insert(session)(RETRIEVAL)
         .values(
             id=uuid.uuid4(),
             workspace_id=request.workspace_id,
@@ -210,8 +211,8 @@ def settle(
             "b_evidence_id": evidence_id,
             "b_revision": revision,
         },
-    ).rowcount
-    if not won:
+    )
+    if not rowcount(won):
         raise Fenced(str(claim.retrieval_id))
 
 
@@ -257,7 +258,7 @@ def expire_due(session: Session, now: datetime, retrieval_id: uuid.UUID | None =
     if retrieval_id is not None:
         stmt = stmt.where(T.id == retrieval_id)
     result = session.execute(stmt.values(state=S.EXPIRED.value, settled_at=now, lease_until=None))
-    return int(result.rowcount)
+    return rowcount(result)
 
 
 def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int, int]:
@@ -271,13 +272,13 @@ def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int
         sa.update(Retrieval)
         .where(lost, T.attempt < max_attempts)
         .values(state=S.PENDING.value, lease_until=None, published_at=None)
-    ).rowcount
+    )
     gave_up = session.execute(
         sa.update(Retrieval)
         .where(lost, T.attempt >= max_attempts)
         .values(state=S.UNCONFIRMED.value, settled_at=now, lease_until=None)
-    ).rowcount
-    return int(retried), int(gave_up)
+    )
+    return rowcount(retried), rowcount(gave_up)
 
 
 def due_for_publish(
