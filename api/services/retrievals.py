@@ -12,7 +12,6 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-import sqlalchemy as sa
 import structlog
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -28,10 +27,8 @@ from worker.settings import get_settings
 from worker.states import RetrievalState as S
 from worker.store import db, retrievals
 from worker.store import evidence as evidence_store
-from worker.store.models import Retrieval
 
 log = structlog.get_logger(__name__)
-T = Retrieval.__table__.c  # type: ignore[attr-defined]
 
 #: Polls of pending retrievals the API invites per second, fleet-wide: each is told to come
 #: back after (pending retrievals / this) seconds, so the poll load stays near this rate however
@@ -82,17 +79,12 @@ def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[di
     return retrieval_payload(row), created
 
 
-#: One retrieval by id as a plain row: its payload needs the columns only, and the ORM's
-#: identity map and object construction cost more CPU than the query on this hot path.
-_RETRIEVAL_BY_ID = sa.select(*T).where(T.id == sa.bindparam("retrieval_id"))
-
-
 def read_retrieval(
     session: Session, principal: Principal, retrieval_id: uuid.UUID
 ) -> dict[str, Any]:
     """The retrieval as it stands; 404 when unknown or outside the key's workspaces."""
     principal.require(None)
-    row = session.execute(_RETRIEVAL_BY_ID, {"retrieval_id": retrieval_id}).one_or_none()
+    row = retrievals.read_row(session, retrieval_id)
     if row is None or not principal.can_read(row.workspace_id):
         raise not_found("no such retrieval")
     return retrieval_payload(row)  # type: ignore[arg-type]  # a row has the model's attributes
@@ -182,9 +174,8 @@ class _Backlog:
 
 
 def _count_pending() -> int:
-    query = sa.select(sa.func.count()).where(T.state == S.PENDING.value)
     with db.session_scope(readonly=True) as session:
-        return int(session.execute(query).scalar_one())
+        return retrievals.count_pending(session)
 
 
 backlog = _Backlog()
@@ -212,7 +203,7 @@ def warm_up() -> None:
         for connection in connections:
             connection.close()  # back to the pool, open
         with db.read_session() as session:
-            session.execute(_RETRIEVAL_BY_ID, {"retrieval_id": uuid.uuid4()}).one_or_none()
+            retrievals.read_row(session, uuid.uuid4())
             with contextlib.suppress(ApiError):  # compiles the key lookup; no such key: 401
                 authenticate(session, "Bearer warm-up")
         backlog.pending()

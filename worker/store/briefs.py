@@ -15,14 +15,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from worker.clock import isoformat
-from worker.store.models import Evidence
+from worker.store import evidence
 from worker.store.read_models import Brief, BriefRevision
 
-B = Brief.__table__.c  # type: ignore[attr-defined]
-BR = BriefRevision.__table__.c  # type: ignore[attr-defined]
-E = Evidence.__table__.c  # type: ignore[attr-defined]
-#: Evidence ids looked up per query when checking references.
-LOOKUP_BATCH = 500
+BRIEF: sa.Table = Brief.__table__  # type: ignore[attr-defined]
+BRIEF_REVISION: sa.Table = BriefRevision.__table__  # type: ignore[attr-defined]
 
 
 class BriefError(Exception):
@@ -65,15 +62,7 @@ def check_evidence(session: Session, workspace_id: uuid.UUID, content: dict[str,
     """Raise BadEvidence unless every reference names an evidence revision of the workspace."""
     refs = list(_references(content))
     ids = list({evidence_id for _, evidence_id, _ in refs})
-    latest: dict[uuid.UUID, int] = {}
-    for start in range(0, len(ids), LOOKUP_BATCH):
-        batch = ids[start : start + LOOKUP_BATCH]
-        rows = session.execute(
-            sa.select(E.id, E.latest_revision).where(
-                E.workspace_id == workspace_id, E.id.in_(batch)
-            )
-        )
-        latest.update({row.id: row.latest_revision for row in rows})
+    latest = evidence.latest_revisions(session, workspace_id, ids)
     for path, evidence_id, revision in refs:
         if evidence_id not in latest:
             raise BadEvidence(f"{path}.evidence_id")
@@ -86,7 +75,7 @@ def _add_revision(
     session: Session, brief_id: uuid.UUID, revision: int, content: dict[str, Any], now: datetime
 ) -> None:
     session.execute(
-        sa.insert(BriefRevision.__table__).values(
+        sa.insert(BRIEF_REVISION).values(
             brief_id=brief_id, revision=revision, content=content, created_at=now
         )
     )
@@ -99,7 +88,7 @@ def create_brief(
     check_evidence(session, workspace_id, content)
     brief_id = uuid.uuid4()
     session.execute(
-        sa.insert(Brief.__table__).values(
+        sa.insert(BRIEF).values(
             id=brief_id,
             workspace_id=workspace_id,
             latest_revision=1,
@@ -114,8 +103,8 @@ def create_brief(
 
 def _current(session: Session, workspace_id: uuid.UUID, brief_id: uuid.UUID) -> Any:
     row = session.execute(
-        sa.select(B.latest_revision, B.archived).where(
-            B.id == brief_id, B.workspace_id == workspace_id
+        sa.select(BRIEF.c.latest_revision, BRIEF.c.archived).where(
+            BRIEF.c.id == brief_id, BRIEF.c.workspace_id == workspace_id
         )
     ).one_or_none()
     if row is None:
@@ -139,12 +128,12 @@ def revise_brief(
     won = session.execute(
         sa.update(Brief)
         .where(
-            B.id == brief_id,
-            B.latest_revision == expected_revision,
-            B.archived.is_(False),
+            BRIEF.c.id == brief_id,
+            BRIEF.c.latest_revision == expected_revision,
+            BRIEF.c.archived.is_(False),
         )
         .values(latest_revision=expected_revision + 1, updated_at=now)
-        .returning(B.latest_revision)
+        .returning(BRIEF.c.latest_revision)
     ).scalar_one_or_none()
     if won is None:
         raise StaleRevision(str(brief_id))
@@ -162,7 +151,9 @@ def review_brief(
     if not 1 <= revision <= current.latest_revision:
         raise UnknownRevision(str(revision))
     session.execute(
-        sa.update(Brief).where(B.id == brief_id).values(reviewed_revision=revision, updated_at=now)
+        sa.update(Brief)
+        .where(BRIEF.c.id == brief_id)
+        .values(reviewed_revision=revision, updated_at=now)
     )
 
 
@@ -173,7 +164,7 @@ def archive_brief(
     current = _current(session, workspace_id, brief_id)
     if not current.archived:
         session.execute(
-            sa.update(Brief).where(B.id == brief_id).values(archived=True, updated_at=now)
+            sa.update(Brief).where(BRIEF.c.id == brief_id).values(archived=True, updated_at=now)
         )
 
 
@@ -182,7 +173,7 @@ def read_brief(
 ) -> dict[str, Any] | None:
     """The brief at its latest (or an exact) revision, shaped as briefs_get's `brief`."""
     brief = session.execute(
-        sa.select(Brief).where(B.id == brief_id, B.workspace_id == workspace_id)
+        sa.select(Brief).where(BRIEF.c.id == brief_id, BRIEF.c.workspace_id == workspace_id)
     ).scalar_one_or_none()
     if brief is None:
         return None
