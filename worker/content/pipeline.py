@@ -1,4 +1,8 @@
-"""The content pipeline: fetch a URL and turn the response into the contract's `result`."""
+"""The content pipeline: fetch a URL and turn the response into the contract's `result`.
+
+`run_pipeline` is the one entry point: the `result`, and the images of the HTML page it came
+from (for the read side), read from the tree extraction already parsed.
+"""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,8 +15,9 @@ from worker import clock
 from worker.content.captions import CaptionError, parse_captions, sniff_format
 from worker.content.decoding import decode_body
 from worker.content.html import declared_language, extract_html
+from worker.content.images import ImageRef, images_from_tree
 from worker.content.markup import parse_bounded
-from worker.content.results import Content, content_result, failure_result
+from worker.content.results import Content, content_result, failure_result, has_content
 from worker.content.text import clean_text
 from worker.content.tracks import find_tracks, is_platform_url, pick_track
 from worker.fetch.types import FetchedResponse, FetchFailure
@@ -47,6 +52,14 @@ class PipelineRun:
     page: HtmlPage | None = None
 
 
+@dataclass(frozen=True)
+class PipelineOutput:
+    """A retrieval's `result` and the images of the page it came from."""
+
+    result: dict[str, Any]
+    images: tuple[ImageRef, ...] = ()
+
+
 def run_pipeline(
     fetcher: FetcherLike,
     url: str,
@@ -54,20 +67,31 @@ def run_pipeline(
     language: str | None,
     *,
     now: Callable[[], datetime] = clock.now,
-) -> dict[str, Any]:
-    """Fetch `url` and return the `result` object for a `kind` retrieval."""
-    return run_pipeline_with_page(fetcher, url, kind, language, now=now).result
+) -> PipelineOutput:
+    """Fetch `url`: the `result` of a `kind` retrieval, and its page's images if it has content."""
+    run = _run(fetcher, url, kind, language, now)
+    images = page_images(run.page) if has_content(run.result) else ()
+    return PipelineOutput(run.result, images)
 
 
-def run_pipeline_with_page(
+def page_images(page: HtmlPage | None) -> tuple[ImageRef, ...]:
+    """The images of a page served as HTML, read from the tree the pipeline already parsed.
+
+    None for other media, nor for a body only sniffed as markup (no declared HTML type).
+    """
+    if page is None or page.tree is None or page.mime_type not in HTML_MIME_TYPES:
+        return ()
+    return tuple(images_from_tree(page.tree, page.url))
+
+
+def _run(
     fetcher: FetcherLike,
     url: str,
     kind: Kind,
     language: str | None,
-    *,
-    now: Callable[[], datetime] = clock.now,
+    now: Callable[[], datetime],
 ) -> PipelineRun:
-    """`run_pipeline`, keeping the parsed HTML page so callers need not parse it again."""
+    """The result, keeping the parsed HTML page so its images need no second parse."""
     if kind == "published_captions" and is_platform_url(url):
         return PipelineRun(failure_result(kind, Reason.UNSUPPORTED_SOURCE, now()))
     try:
