@@ -8,7 +8,8 @@ answered as unknown (404), so existence never leaks.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from sqlalchemy.orm import Session
 
@@ -16,6 +17,7 @@ from api.auth import Principal
 from api.errors import invalid_input, not_found
 from api.read_schemas import (
     BriefArchiveRequest,
+    BriefContent,
     BriefCreateRequest,
     BriefReviewRequest,
     BriefReviseRequest,
@@ -25,7 +27,17 @@ from worker.store import briefs as brief_store
 from worker.store import db
 
 
-def _write(principal: Principal, workspace_id: uuid.UUID, brief_id: uuid.UUID, fn: Any) -> Any:
+def _content(content: BriefContent) -> brief_store.BriefContent:
+    """The request's content as the store takes it (the model has exactly the contract's keys)."""
+    return cast(brief_store.BriefContent, content.model_dump(mode="json"))
+
+
+def _write(
+    principal: Principal,
+    workspace_id: uuid.UUID,
+    brief_id: uuid.UUID,
+    fn: Callable[[Session], int | None],
+) -> dict[str, Any]:
     """Run a brief write in its own transaction, translating the store's refusals."""
     principal.require(None)
     if not principal.can_read(workspace_id):
@@ -63,7 +75,7 @@ def _read_written(
 def create_brief(principal: Principal, request: BriefCreateRequest) -> dict[str, Any]:
     """Create a brief at revision 1."""
     principal.require(request.workspace)
-    content = request.content.model_dump(mode="json")
+    content = _content(request.content)
     created: list[uuid.UUID] = []
 
     def _create(session: Session) -> None:
@@ -81,7 +93,7 @@ def create_brief(principal: Principal, request: BriefCreateRequest) -> dict[str,
 
 def revise_brief(principal: Principal, request: BriefReviseRequest) -> dict[str, Any]:
     """Add a revision on top of `expected_revision` (409 when stale)."""
-    brief_id, content = uuid.UUID(request.id), request.content.model_dump(mode="json")
+    brief_id, content = uuid.UUID(request.id), _content(request.content)
     return _write(
         principal,
         request.workspace,

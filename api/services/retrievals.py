@@ -20,7 +20,7 @@ from api.auth import Principal, authenticate
 from api.errors import ApiError, invalid_input, not_found
 from api.http.metrics import RETRIEVALS_CREATED
 from api.schemas import RetrieveRequest
-from api.services.payloads import evidence_payload, retrieval_payload
+from api.services.payloads import RetrievalPayload, evidence_payload, retrieval_payload
 from worker import clock
 from worker.jobs import outbox
 from worker.settings import get_settings
@@ -46,7 +46,9 @@ BACKLOG_CACHE_SECONDS = 1.0
 WARM_CONNECTIONS = 10
 
 
-def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[dict[str, Any], bool]:
+def submit_retrieval(
+    principal: Principal, request: RetrieveRequest
+) -> tuple[RetrievalPayload, bool]:
     """Record the retrieval (or find it), publish it if new; return (payload, created)."""
     principal.require(request.workspace)
     ttl = timedelta(seconds=get_settings().receipt_ttl_seconds)
@@ -81,7 +83,7 @@ def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[di
 
 def read_retrieval(
     session: Session, principal: Principal, retrieval_id: uuid.UUID
-) -> dict[str, Any]:
+) -> RetrievalPayload:
     """The retrieval as it stands; 404 when unknown or outside the key's workspaces."""
     principal.require(None)
     row = retrievals.read_row(session, retrieval_id)
@@ -90,11 +92,11 @@ def read_retrieval(
     return retrieval_payload(row)  # type: ignore[arg-type]  # a row has the model's attributes
 
 
-def cancel_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> dict[str, Any]:
+def cancel_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> RetrievalPayload:
     """Cancel a pending or running retrieval; a settled one is returned unchanged."""
     principal.require(None)
 
-    def _cancel(session: Session) -> dict[str, Any]:
+    def _cancel(session: Session) -> RetrievalPayload:
         row = retrievals.get_retrieval(session, retrieval_id)
         if row is None or not principal.can_read(row.workspace_id):
             raise not_found("no such retrieval")
@@ -181,7 +183,7 @@ def _count_pending() -> int:
 backlog = _Backlog()
 
 
-def retry_after(payload: dict[str, Any]) -> int | None:
+def retry_after(payload: RetrievalPayload) -> int | None:
     """The `Retry-After` for an answer carrying this retrieval payload; None once it settled."""
     state = payload["retrieval"]["state"]
     return poll_delay(state, backlog.pending() if state == S.PENDING.value else 0)

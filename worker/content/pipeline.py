@@ -7,7 +7,7 @@ from (for the read side), read from the tree extraction already parsed.
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import lxml.html
 
@@ -17,7 +17,13 @@ from worker.content.decoding import decode_body
 from worker.content.html import declared_language, extract_html
 from worker.content.images import ImageRef, images_from_tree
 from worker.content.markup import parse_bounded
-from worker.content.results import Content, content_result, failure_result, has_content
+from worker.content.results import (
+    Content,
+    Result,
+    content_result,
+    failure_result,
+    has_content,
+)
 from worker.content.text import clean_text
 from worker.content.tracks import find_tracks, is_platform_url, pick_track
 from worker.fetch.types import FetchedResponse, FetchFailure
@@ -48,7 +54,7 @@ class HtmlPage:
 class PipelineRun:
     """A retrieval's `result`, and its HTML page when the URL answered with one."""
 
-    result: dict[str, Any]
+    result: Result
     page: HtmlPage | None = None
 
 
@@ -56,7 +62,7 @@ class PipelineRun:
 class PipelineOutput:
     """A retrieval's `result` and the images of the page it came from."""
 
-    result: dict[str, Any]
+    result: Result
     images: tuple[ImageRef, ...] = ()
 
 
@@ -103,7 +109,7 @@ def _run(
     return _captions(fetcher, response, language, now)
 
 
-def fetch_failure_result(kind: Kind, failure: FetchFailure, at: datetime) -> dict[str, Any]:
+def fetch_failure_result(kind: Kind, failure: FetchFailure, at: datetime) -> Result:
     """The result of a fetch that raised: its reason, final URL and Retry-After."""
     reason = failure.reason if failure.reason in FAILURE_STATUS else Reason.UNAVAILABLE
     return failure_result(
@@ -122,7 +128,7 @@ def _is_html(response: FetchedResponse) -> bool:
     return response.mime_type is None and response.body.lstrip()[:1] == b"<"
 
 
-def _finish(kind: Kind, content: Content, truncated: bool, at: datetime) -> dict[str, Any]:
+def _finish(kind: Kind, content: Content, truncated: bool, at: datetime) -> Result:
     """Build the result, reporting a byte-capped body as response_too_large."""
     if truncated:
         content.reasons.insert(0, Reason.RESPONSE_TOO_LARGE)
@@ -158,7 +164,7 @@ def _url_text(response: FetchedResponse, language: str | None, at: datetime) -> 
     return PipelineRun(_finish(kind, extraction.content, response.truncated, at), page)
 
 
-def _text_file(response: FetchedResponse, language: str | None, at: datetime) -> dict[str, Any]:
+def _text_file(response: FetchedResponse, language: str | None, at: datetime) -> Result:
     """url_text of a response that is not HTML: plain text, or a caption file's text."""
     kind: Kind = "url_text"
     text = decode_body(response.body, response.charset, html=False)
@@ -206,7 +212,7 @@ def _track_captions(
     tree: lxml.html.HtmlElement | None,
     language: str | None,
     now: Callable[[], datetime],
-) -> dict[str, Any]:
+) -> Result:
     """published_captions of an HTML page: the caption file of its best `<track>`."""
     kind: Kind = "published_captions"
     content = Content(source_url=response.url, mime_type=response.mime_type)
@@ -226,7 +232,7 @@ def _track_captions(
 
 def _caption_file(
     response: FetchedResponse, language: str | None, srclang: str | None, at: datetime
-) -> dict[str, Any]:
+) -> Result:
     """A caption file fetched for published_captions."""
     kind: Kind = "published_captions"
     content = Content(source_url=response.url, mime_type=response.mime_type)

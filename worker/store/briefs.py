@@ -9,17 +9,56 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from worker.clock import isoformat
+from worker.content.results import EvidenceRef
 from worker.store import evidence
 from worker.store.read_models import Brief, BriefRevision
 
 BRIEF: sa.Table = Brief.__table__  # type: ignore[attr-defined]
 BRIEF_REVISION: sa.Table = BriefRevision.__table__  # type: ignore[attr-defined]
+
+
+class Finding(TypedDict):
+    """One finding of a brief, with the evidence revisions it rests on."""
+
+    id: str
+    statement: str
+    basis: Literal["observed", "inferred", "generated"]
+    evidence: list[EvidenceRef]
+    uncertainty: str
+
+
+class BriefContent(TypedDict):
+    """A brief's content: exactly the keys of `briefs_get.output.json`'s `content`."""
+
+    title: str
+    question: str
+    summary: str
+    findings: list[Finding]
+    angles: list[str]
+    notes: str
+    project_id: str | None
+    project_revision: int | None
+    corpus_snapshot_id: str | None
+    language: str
+
+
+class BriefDoc(TypedDict):
+    """`brief` of `briefs_get.output.json`: a brief at one revision."""
+
+    id: str
+    workspace_id: str
+    revision: int
+    archived: bool
+    created_at: str
+    updated_at: str
+    content: BriefContent
+    reviewed_revision: int | None
 
 
 class BriefError(Exception):
@@ -50,7 +89,7 @@ class BadEvidence(BriefError):
         self.field = field
 
 
-def _references(content: dict[str, Any]) -> Iterator[tuple[str, uuid.UUID, int]]:
+def _references(content: BriefContent) -> Iterator[tuple[str, uuid.UUID, int]]:
     """(field path, evidence_id, revision) of every evidence reference in `content`."""
     for i, finding in enumerate(content.get("findings", [])):
         for j, ref in enumerate(finding.get("evidence", [])):
@@ -58,7 +97,7 @@ def _references(content: dict[str, Any]) -> Iterator[tuple[str, uuid.UUID, int]]
             yield path, uuid.UUID(str(ref["evidence_id"])), int(ref["revision"])
 
 
-def check_evidence(session: Session, workspace_id: uuid.UUID, content: dict[str, Any]) -> None:
+def check_evidence(session: Session, workspace_id: uuid.UUID, content: BriefContent) -> None:
     """Raise BadEvidence unless every reference names an evidence revision of the workspace."""
     refs = list(_references(content))
     ids = list({evidence_id for _, evidence_id, _ in refs})
@@ -72,7 +111,7 @@ def check_evidence(session: Session, workspace_id: uuid.UUID, content: dict[str,
 
 
 def _add_revision(
-    session: Session, brief_id: uuid.UUID, revision: int, content: dict[str, Any], now: datetime
+    session: Session, brief_id: uuid.UUID, revision: int, content: BriefContent, now: datetime
 ) -> None:
     session.execute(
         sa.insert(BRIEF_REVISION).values(
@@ -82,7 +121,7 @@ def _add_revision(
 
 
 def create_brief(
-    session: Session, workspace_id: uuid.UUID, content: dict[str, Any], now: datetime
+    session: Session, workspace_id: uuid.UUID, content: BriefContent, now: datetime
 ) -> uuid.UUID:
     """Create a brief at revision 1; return its id."""
     check_evidence(session, workspace_id, content)
@@ -117,7 +156,7 @@ def revise_brief(
     workspace_id: uuid.UUID,
     brief_id: uuid.UUID,
     expected_revision: int,
-    content: dict[str, Any],
+    content: BriefContent,
     now: datetime,
 ) -> int:
     """Add a revision on top of `expected_revision`; return the new revision number."""
@@ -170,7 +209,7 @@ def archive_brief(
 
 def read_brief(
     session: Session, workspace_id: uuid.UUID, brief_id: uuid.UUID, revision: int | None = None
-) -> dict[str, Any] | None:
+) -> BriefDoc | None:
     """The brief at its latest (or an exact) revision, shaped as briefs_get's `brief`."""
     brief = session.execute(
         sa.select(Brief).where(BRIEF.c.id == brief_id, BRIEF.c.workspace_id == workspace_id)
@@ -189,6 +228,7 @@ def read_brief(
         "archived": bool(brief.archived),
         "created_at": isoformat(brief.created_at),
         "updated_at": isoformat(updated),
-        "content": row.content,
+        # The column holds the content a write stored, which was a BriefContent.
+        "content": cast(BriefContent, row.content),
         "reviewed_revision": brief.reviewed_revision,
     }

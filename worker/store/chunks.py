@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from worker.content.chunking import chunk_id, split_revision
+from worker.content.results import SegmentDict
 from worker.store import fulltext, reports
 from worker.store.read_models import EvidenceChunk
 
@@ -26,7 +27,7 @@ def record_chunks(
     revision: int,
     language: str | None,
     text: str,
-    segments: Sequence[dict[str, Any]],
+    segments: Sequence[SegmentDict],
 ) -> int:
     """Split a new revision into passages and store them; return how many."""
     passages = split_revision(text, segments)

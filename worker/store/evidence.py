@@ -13,12 +13,13 @@ import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from worker.content.results import Result
 from worker.store import db
 from worker.store.models import Evidence, EvidenceRevision
 
@@ -42,7 +43,7 @@ def normalise_url(url: str) -> str:
     return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
 
 
-def fingerprint(result: dict[str, Any]) -> str:
+def fingerprint(result: Result) -> str:
     """SHA-256 of the content a revision holds (not of when or how it was fetched)."""
     content = {
         "text": result["text"],
@@ -95,7 +96,7 @@ def record(
     workspace_id: uuid.UUID,
     kind: str,
     requested_url: str,
-    result: dict[str, Any],
+    result: Result,
     now: datetime,
     images: Sequence[ImageRef] = (),
 ) -> tuple[uuid.UUID, int]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from worker.content.results import cancelled_result, has_content
+from worker.content.results import Result, cancelled_result, has_content
 from worker.states import RetrievalState as S
 from worker.states import sources_of
 from worker.store import db, evidence
@@ -198,7 +198,7 @@ class Fenced(Exception):
 def settle(
     session: Session,
     claim: Claim,
-    result: dict[str, Any],
+    result: Result,
     now: datetime,
     images: Sequence[ImageRef] = (),
 ) -> None:
@@ -231,7 +231,7 @@ def settle(
 
 
 def settle_claim(
-    claim: Claim, result: dict[str, Any], now: datetime, images: Sequence[ImageRef] = ()
+    claim: Claim, result: Result, now: datetime, images: Sequence[ImageRef] = ()
 ) -> bool:
     """Settle `claim` in its own transaction; False when it was fenced off.
 
