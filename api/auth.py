@@ -13,11 +13,10 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from api.errors import not_entitled
-from worker.store.models import ApiKey
+from worker.store import keys
 
 KEY_PREFIX = "evk_"
 SCOPE_RESEARCH = "agent:research"
@@ -56,15 +55,7 @@ def create_key(
 ) -> str:
     """Store a new key's hash and return the key itself (shown once, never stored)."""
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
-    session.add(
-        ApiKey(
-            key_hash=hash_key(secret),
-            prefix=secret[:12],
-            workspaces=[str(w) for w in workspaces],
-            scopes=list(scopes),
-            created_at=now,
-        )
-    )
+    keys.insert_key(session, hash_key(secret), secret[:12], workspaces, scopes, now)
     return secret
 
 
@@ -116,12 +107,7 @@ def authenticate(session: Session, authorization: str | None) -> Principal:
     cached = key_cache.get(key_hash)
     if cached is not None:
         return cached
-    key = session.execute(
-        sa.select(ApiKey).where(
-            ApiKey.__table__.c.key_hash == key_hash,  # type: ignore[attr-defined]
-            ApiKey.__table__.c.revoked_at.is_(None),  # type: ignore[attr-defined]
-        )
-    ).scalar_one_or_none()
+    key = keys.find_live_key(session, key_hash)
     if key is None:
         raise not_entitled("the API key is not valid", status=401)
     principal = Principal(

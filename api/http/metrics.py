@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -41,8 +40,7 @@ from worker import clock
 from worker.fetch import fleet_metrics as fetch_metrics
 from worker.jobs import outbox
 from worker.states import RetrievalState as S
-from worker.store import db
-from worker.store.models import Retrieval
+from worker.store import db, retrievals
 
 #: Seconds a scrape's database/broker/Redis reads are reused for (0 = always fresh).
 CACHE_SECONDS = float(os.environ.get("EVIDENCE_METRICS_CACHE_SECONDS", "5"))
@@ -52,7 +50,6 @@ _disable_created_metrics: Callable[[], None] = disable_created_metrics
 _multiprocess_collector: Callable[[CollectorRegistry], object] = MultiProcessCollector
 REGISTRY = CollectorRegistry()
 _disable_created_metrics()  # `_created` series only add noise to every counter
-T = Retrieval.__table__.c  # type: ignore[attr-defined]
 
 HTTP_REQUESTS = Counter(
     "evidence_http_requests",
@@ -133,17 +130,10 @@ class Rows:
 
 def _database_rows() -> Rows | None:
     """Counts by (kind, state, status, reason) and the oldest open ages; None when unreachable."""
-    from worker.store import retrievals
-
-    status = T.result["status"].as_string()
-    reason = T.result["reason"].as_string()
-    query = sa.select(T.kind, T.state, status, reason, sa.func.count()).group_by(
-        T.kind, T.state, status, reason
-    )
     rows = Rows()
     try:
         with db.session_scope(readonly=True) as session:
-            rows.groups = [tuple(row) for row in session.execute(query)]
+            rows.groups = retrievals.count_by_outcome(session)
             rows.oldest = retrievals.oldest_open_age(session, clock.now())
     except Exception:  # noqa: BLE001  (a scrape reports the database as down, never fails)
         return None

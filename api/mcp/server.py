@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any
 
@@ -89,11 +89,11 @@ def tool_error(
     )
 
 
-def tool_result(payload: dict[str, Any]) -> types.CallToolResult:
+def tool_result(payload: Mapping[str, Any]) -> types.CallToolResult:
     """A successful result: the payload as structured content, and as JSON text for old clients."""
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=json.dumps(payload))],
-        structured_content=payload,
+        structured_content=dict(payload),
     )
 
 

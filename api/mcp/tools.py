@@ -28,12 +28,14 @@ from api.errors import ApiError, invalid_input, validation_error
 from api.schema_check import input_validator
 from api.schemas import RetrieveRequest
 from api.services import retrievals
+from api.services.payloads import RetrievalPayload
 from worker import contract
 from worker.settings import get_settings
 from worker.states import OPEN_STATES
 from worker.store import db
 
-ToolFn = Callable[[Principal, Any], Awaitable[dict[str, Any]]]
+#: A tool answers its contract's output document (a TypedDict where one is declared).
+ToolFn = Callable[[Principal, Any], Awaitable[Mapping[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -132,12 +134,12 @@ def parse_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> Any:
     return parsed
 
 
-def _read_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> dict[str, Any]:
+def _read_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> RetrievalPayload:
     with db.session_scope(readonly=True) as session:
         return retrievals.read_retrieval(session, principal, retrieval_id)
 
 
-async def _settle(principal: Principal, payload: dict[str, Any]) -> dict[str, Any]:
+async def _settle(principal: Principal, payload: RetrievalPayload) -> RetrievalPayload:
     """Re-read the retrieval until it settles or the configured wait runs out."""
     settings = get_settings()
     deadline = anyio.current_time() + settings.mcp_wait_seconds
@@ -166,7 +168,7 @@ async def _settle(principal: Principal, payload: dict[str, Any]) -> dict[str, An
     ),
     model=RetrieveRequest,
 )
-async def evidence_retrieve(principal: Principal, request: RetrieveRequest) -> dict[str, Any]:
+async def evidence_retrieve(principal: Principal, request: RetrieveRequest) -> RetrievalPayload:
     """Record the retrieval as `POST /research-api/evidence/retrieve` does; wait a bounded time."""
     payload, _created = await anyio.to_thread.run_sync(
         retrievals.submit_retrieval, principal, request

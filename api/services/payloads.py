@@ -2,17 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from worker.clock import as_utc, isoformat
+from worker.content.results import EvidenceRef, Result
 from worker.store.models import Evidence, EvidenceRevision, Retrieval
 
 
-def retrieval_payload(row: Retrieval) -> dict[str, Any]:
+class RetrievalDoc(TypedDict):
+    """`retrieval` of `evidence_retrieve.output.json`: one retrieval as it stands."""
+
+    id: str
+    workspace_id: str
+    mutation_id: str
+    state: str
+    kind: str | None
+    created_at: str
+    settled_at: str | None
+    valid_until: str
+    result: Result | None
+    evidence: EvidenceRef | None
+
+
+class RetrievalPayload(TypedDict):
+    """What the retrieval routes and the evidence_retrieve tool answer."""
+
+    retrieval: RetrievalDoc
+
+
+def retrieval_payload(row: Retrieval) -> RetrievalPayload:
     """`{"retrieval": …}` exactly as `evidence_retrieve.output.json` describes it."""
-    evidence = None
+    evidence: EvidenceRef | None = None
     if row.evidence_id is not None and row.evidence_revision is not None:
         evidence = {"evidence_id": str(row.evidence_id), "revision": row.evidence_revision}
+    # The column holds the JSON `worker.content.results` built: a Result, or NULL while open.
+    result = cast("Result | None", row.result)
     return {
         "retrieval": {
             "id": str(row.id),
@@ -23,7 +47,7 @@ def retrieval_payload(row: Retrieval) -> dict[str, Any]:
             "created_at": isoformat(row.created_at),
             "settled_at": isoformat(row.settled_at) if row.settled_at else None,
             "valid_until": isoformat(row.valid_until),
-            "result": row.result,
+            "result": result,
             "evidence": evidence,
         }
     }

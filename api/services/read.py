@@ -1,5 +1,7 @@
 """The read side as plain functions over a session and a principal (routes and MCP tools).
 
+Brief writes are in `api.services.briefs`.
+
 A key sees only its workspaces: an id in any other workspace is answered exactly like an
 unknown id (a null hit, an empty search, or 404 for briefs), so existence never leaks.
 """
@@ -8,25 +10,19 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from api.auth import Principal
-from api.errors import ApiError, invalid_input, not_found
+from api.errors import not_found
 from api.read_schemas import (
-    BriefArchiveRequest,
-    BriefCreateRequest,
     BriefGetRequest,
-    BriefReviewRequest,
-    BriefReviseRequest,
     ChunkSearchRequest,
     ImageGetRequest,
     ImageSearchRequest,
 )
-from worker import clock
-from worker.store import briefs, db
+from worker.store import briefs
 from worker.store import chunks as chunk_store
 from worker.store import images as image_store
 
@@ -101,103 +97,3 @@ def get_brief(session: Session, principal: Principal, request: BriefGetRequest) 
     if brief is None:
         raise not_found("no such brief")
     return {"brief": brief}
-
-
-def bad_evidence(exc: briefs.BadEvidence) -> ApiError:
-    """A citation of evidence the workspace does not hold: 400 naming the field (the contract)."""
-    return invalid_input(
-        "each evidence reference must name an evidence revision of this workspace",
-        field=exc.field,
-    )
-
-
-def _write(
-    principal: Principal,
-    workspace_id: uuid.UUID,
-    brief_id: uuid.UUID,
-    fn: Callable[[Session], int | None],
-) -> dict[str, Any]:
-    """Run a brief write in its own transaction, translating the store's refusals."""
-    principal.require(None)
-    if not principal.can_read(workspace_id):
-        raise not_found("no such brief")
-    try:
-        written = db.with_transient_retry(fn)
-    except briefs.BriefMissing:
-        raise not_found("no such brief") from None
-    except briefs.BadEvidence as exc:
-        raise bad_evidence(exc) from None
-    except briefs.StaleRevision:
-        raise invalid_input(
-            "the brief has changed since expected_revision; read it and retry",
-            field="expected_revision",
-            status=409,
-        ) from None
-    except briefs.BriefArchived:
-        raise invalid_input("the brief is archived", field="id", status=409) from None
-    except briefs.UnknownRevision:
-        raise invalid_input(
-            "the brief has no such revision", field="revision", status=409
-        ) from None
-    return _read_written(workspace_id, brief_id, written if isinstance(written, int) else None)
-
-
-def _read_written(
-    workspace_id: uuid.UUID, brief_id: uuid.UUID, revision: int | None = None
-) -> dict[str, Any]:
-    """The brief as a write left it (at the revision the write made, for revise)."""
-    with db.session_scope(readonly=True) as session:
-        return {"brief": briefs.read_brief(session, workspace_id, brief_id, revision)}
-
-
-def create_brief(principal: Principal, request: BriefCreateRequest) -> dict[str, Any]:
-    """Create a brief at revision 1."""
-    principal.require(request.workspace)
-    content = request.content.model_dump(mode="json")
-    created: list[uuid.UUID] = []
-
-    def _create(session: Session) -> None:
-        created[:] = [briefs.create_brief(session, request.workspace, content, clock.now())]
-
-    try:
-        db.with_transient_retry(_create)
-    except briefs.BadEvidence as exc:
-        raise bad_evidence(exc) from None
-    return _read_written(request.workspace, created[0], 1)
-
-
-def revise_brief(principal: Principal, request: BriefReviseRequest) -> dict[str, Any]:
-    """Add a revision on top of `expected_revision` (409 when stale)."""
-    brief_id, content = uuid.UUID(request.id), request.content.model_dump(mode="json")
-    return _write(
-        principal,
-        request.workspace,
-        brief_id,
-        lambda s: briefs.revise_brief(
-            s, request.workspace, brief_id, request.expected_revision, content, clock.now()
-        ),
-    )
-
-
-def review_brief(principal: Principal, request: BriefReviewRequest) -> dict[str, Any]:
-    """Mark a revision as reviewed."""
-    brief_id = uuid.UUID(request.id)
-    return _write(
-        principal,
-        request.workspace,
-        brief_id,
-        lambda s: briefs.review_brief(
-            s, request.workspace, brief_id, request.revision, clock.now()
-        ),
-    )
-
-
-def archive_brief(principal: Principal, request: BriefArchiveRequest) -> dict[str, Any]:
-    """Archive a brief."""
-    brief_id = uuid.UUID(request.id)
-    return _write(
-        principal,
-        request.workspace,
-        brief_id,
-        lambda s: briefs.archive_brief(s, request.workspace, brief_id, clock.now()),
-    )

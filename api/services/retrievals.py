@@ -12,7 +12,6 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-import sqlalchemy as sa
 import structlog
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -21,17 +20,15 @@ from api.auth import Principal, authenticate
 from api.errors import ApiError, invalid_input, not_found
 from api.http.metrics import RETRIEVALS_CREATED
 from api.schemas import RetrieveRequest
-from api.services.payloads import evidence_payload, retrieval_payload
+from api.services.payloads import RetrievalPayload, evidence_payload, retrieval_payload
 from worker import clock
 from worker.jobs import outbox
 from worker.settings import get_settings
 from worker.states import RetrievalState as S
 from worker.store import db, retrievals
 from worker.store import evidence as evidence_store
-from worker.store.models import Retrieval
 
 log = structlog.get_logger(__name__)
-T = Retrieval.__table__.c  # type: ignore[attr-defined]
 
 #: Polls of pending retrievals the API invites per second, fleet-wide: each is told to come
 #: back after (pending retrievals / this) seconds, so the poll load stays near this rate however
@@ -49,7 +46,9 @@ BACKLOG_CACHE_SECONDS = 1.0
 WARM_CONNECTIONS = 10
 
 
-def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[dict[str, Any], bool]:
+def submit_retrieval(
+    principal: Principal, request: RetrieveRequest
+) -> tuple[RetrievalPayload, bool]:
     """Record the retrieval (or find it), publish it if new; return (payload, created)."""
     principal.require(request.workspace)
     ttl = timedelta(seconds=get_settings().receipt_ttl_seconds)
@@ -82,27 +81,22 @@ def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[di
     return retrieval_payload(row), created
 
 
-#: One retrieval by id as a plain row: its payload needs the columns only, and the ORM's
-#: identity map and object construction cost more CPU than the query on this hot path.
-_RETRIEVAL_BY_ID = sa.select(*T).where(T.id == sa.bindparam("retrieval_id"))
-
-
 def read_retrieval(
     session: Session, principal: Principal, retrieval_id: uuid.UUID
-) -> dict[str, Any]:
+) -> RetrievalPayload:
     """The retrieval as it stands; 404 when unknown or outside the key's workspaces."""
     principal.require(None)
-    row = session.execute(_RETRIEVAL_BY_ID, {"retrieval_id": retrieval_id}).one_or_none()
+    row = retrievals.read_row(session, retrieval_id)
     if row is None or not principal.can_read(row.workspace_id):
         raise not_found("no such retrieval")
     return retrieval_payload(row)  # type: ignore[arg-type]  # a row has the model's attributes
 
 
-def cancel_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> dict[str, Any]:
+def cancel_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> RetrievalPayload:
     """Cancel a pending or running retrieval; a settled one is returned unchanged."""
     principal.require(None)
 
-    def _cancel(session: Session) -> dict[str, Any]:
+    def _cancel(session: Session) -> RetrievalPayload:
         row = retrievals.get_retrieval(session, retrieval_id)
         if row is None or not principal.can_read(row.workspace_id):
             raise not_found("no such retrieval")
@@ -182,15 +176,14 @@ class _Backlog:
 
 
 def _count_pending() -> int:
-    query = sa.select(sa.func.count()).where(T.state == S.PENDING.value)
     with db.session_scope(readonly=True) as session:
-        return int(session.execute(query).scalar_one())
+        return retrievals.count_pending(session)
 
 
 backlog = _Backlog()
 
 
-def retry_after(payload: dict[str, Any]) -> int | None:
+def retry_after(payload: RetrievalPayload) -> int | None:
     """The `Retry-After` for an answer carrying this retrieval payload; None once it settled."""
     state = payload["retrieval"]["state"]
     return poll_delay(state, backlog.pending() if state == S.PENDING.value else 0)
@@ -212,7 +205,7 @@ def warm_up() -> None:
         for connection in connections:
             connection.close()  # back to the pool, open
         with db.read_session() as session:
-            session.execute(_RETRIEVAL_BY_ID, {"retrieval_id": uuid.uuid4()}).one_or_none()
+            retrievals.read_row(session, uuid.uuid4())
             with contextlib.suppress(ApiError):  # compiles the key lookup; no such key: 401
                 authenticate(session, "Bearer warm-up")
         backlog.pending()

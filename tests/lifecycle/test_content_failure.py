@@ -70,4 +70,4 @@ def test_unexpected_extraction_error_settles_on_first_attempt(
     logged = "".join(capfd.readouterr())
     assert "content_step_failed" in logged and "RuntimeError" in logged
     # A later delivery of the same retrieval finds nothing left to do.
-    assert runner.run_retrieval(stored) == "skipped"
+    assert runner.run_retrieval(stored)["delivery"] == "skipped"

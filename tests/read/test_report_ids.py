@@ -48,9 +48,9 @@ def _record(workspace: uuid.UUID, marker: str) -> uuid.UUID:
 def _report_ids(workspace: uuid.UUID) -> dict[uuid.UUID, int]:
     with db.session_scope(readonly=True) as session:
         rows = session.execute(
-            sa.select(reports.RP.evidence_id, reports.RP.report_id)
-            .join(reports.EVIDENCE, reports.E.id == reports.RP.evidence_id)
-            .where(reports.E.workspace_id == workspace)
+            sa.select(reports.REPORT.c.evidence_id, reports.REPORT.c.report_id)
+            .join(reports.EVIDENCE, reports.EVIDENCE.c.id == reports.REPORT.c.evidence_id)
+            .where(reports.EVIDENCE.c.workspace_id == workspace)
         )
         return {row.evidence_id: row.report_id for row in rows}
 

@@ -17,8 +17,9 @@ import redis
 from tests.support import hostile
 from tests.support.services import RedisServer, wait_for
 from tests.support.tls_site import Page, TLSSite
-from worker.fetch.errors import parse_content_type, parse_retry_after
-from worker.fetch.fetcher import ALLOWED_MIME_TYPES, Fetcher
+from worker.fetch.errors import parse_retry_after
+from worker.fetch.fetcher import Fetcher
+from worker.fetch.media import ALLOWED_MIME_TYPES, parse_content_type
 from worker.fetch.politeness import Politeness, SharedState
 from worker.fetch.types import FetchedResponse, FetchFailure
 from worker.reasons import Reason

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from worker.fetch.errors import (
+from worker.fetch.media import (
     ALLOWED_MIME_TYPES,
     SNIFF_BYTES,
     looks_binary,

@@ -12,7 +12,6 @@ from tests.support import hostile
 from tests.support.schemas import validate_result
 from tests.support.tls_site import Page, TLSSite
 from worker.content import decoding, markup
-from worker.content.assets import run_pipeline_with_assets
 from worker.content.images import ImageRef, extract_images
 from worker.content.pipeline import run_pipeline
 from worker.fetch.fetcher import Fetcher
@@ -121,7 +120,7 @@ def run(
     fetcher: Any, url: str, kind: str = "url_text", language: str | None = None
 ) -> dict[str, Any]:
     """Run the pipeline at a fixed time and check the result against the schema."""
-    return validate_result(run_pipeline(fetcher, url, kind, language, now=lambda: NOW))  # type: ignore[arg-type]
+    return validate_result(run_pipeline(fetcher, url, kind, language, now=lambda: NOW).result)  # type: ignore[arg-type]
 
 
 class TestUrlText:
@@ -480,7 +479,7 @@ class TestPageParsedOnce:
     def test_url_text_reads_the_page_once(self, page_reads: dict[str, int]) -> None:
         """url_text: one decode, one bounded parse (no tag scan: the tree keeps the bounds)."""
         fetcher = CannedFetcher({GALLERY_URL: (GALLERY.encode(), "text/html")})
-        output = run_pipeline_with_assets(fetcher, GALLERY_URL, "url_text", None, now=lambda: NOW)
+        output = run_pipeline(fetcher, GALLERY_URL, "url_text", None, now=lambda: NOW)
         assert page_reads == {
             "decode_body": 1,
             "parse_bounded": 1,
@@ -506,9 +505,7 @@ class TestPageParsedOnce:
                 "https://lakes.example/captions/lake.vtt": (vtt, "text/vtt"),
             }
         )
-        output = run_pipeline_with_assets(
-            fetcher, GALLERY_URL, "published_captions", None, now=lambda: NOW
-        )
+        output = run_pipeline(fetcher, GALLERY_URL, "published_captions", None, now=lambda: NOW)
         assert validate_result(output.result)["text"] == "The lake at dawn."
         assert (page_reads["parse_bounded"], page_reads["parse_html"]) == (1, 1)
         assert output.images == _old_way_images()
@@ -518,6 +515,6 @@ class TestPageParsedOnce:
         login = GALLERY.replace("<article>", '<form><input type="password"></form><article>')
         login = login.replace(LAKE_PARAGRAPH * 8, "<p>Members only.</p>")
         fetcher = CannedFetcher({GALLERY_URL: (login.encode(), "text/html")})
-        output = run_pipeline_with_assets(fetcher, GALLERY_URL, "url_text", None, now=lambda: NOW)
+        output = run_pipeline(fetcher, GALLERY_URL, "url_text", None, now=lambda: NOW)
         assert output.result["reason"] == "login_required"
         assert output.images == ()

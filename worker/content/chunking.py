@@ -10,7 +10,8 @@ import re
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from worker.content.results import SegmentDict
 
 #: A passage aims for about this many characters and never exceeds the maximum.
 TARGET_CHARS = 900
@@ -80,7 +81,7 @@ def split_text(text: str) -> list[Passage]:
     return [Passage(i, t) for i, t in enumerate(_pack(units, "\n")[:MAX_CHUNKS])]
 
 
-def split_cues(segments: Sequence[dict[str, Any]]) -> list[Passage]:
+def split_cues(segments: Sequence[SegmentDict]) -> list[Passage]:
     """Passages of a caption track: whole cues, a new passage at a long pause or the bound."""
     passages: list[Passage] = []
     texts: list[str] = []
@@ -103,6 +104,6 @@ def split_cues(segments: Sequence[dict[str, Any]]) -> list[Passage]:
     return passages[:MAX_CHUNKS]
 
 
-def split_revision(text: str, segments: Sequence[dict[str, Any]]) -> list[Passage]:
+def split_revision(text: str, segments: Sequence[SegmentDict]) -> list[Passage]:
     """Passages of a revision: by cues when it has segments, else by paragraphs of its text."""
     return split_cues(segments) if segments else split_text(text)

@@ -1,9 +1,13 @@
-"""The content pipeline: fetch a URL and turn the response into the contract's `result`."""
+"""The content pipeline: fetch a URL and turn the response into the contract's `result`.
+
+`run_pipeline` is the one entry point: the `result`, and the images of the HTML page it came
+from (for the read side), read from the tree extraction already parsed.
+"""
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import lxml.html
 
@@ -11,8 +15,15 @@ from worker import clock
 from worker.content.captions import CaptionError, parse_captions, sniff_format
 from worker.content.decoding import decode_body
 from worker.content.html import declared_language, extract_html
+from worker.content.images import ImageRef, images_from_tree
 from worker.content.markup import parse_bounded
-from worker.content.results import Content, content_result, failure_result
+from worker.content.results import (
+    Content,
+    Result,
+    content_result,
+    failure_result,
+    has_content,
+)
 from worker.content.text import clean_text
 from worker.content.tracks import find_tracks, is_platform_url, pick_track
 from worker.fetch.types import FetchedResponse, FetchFailure
@@ -43,8 +54,16 @@ class HtmlPage:
 class PipelineRun:
     """A retrieval's `result`, and its HTML page when the URL answered with one."""
 
-    result: dict[str, Any]
+    result: Result
     page: HtmlPage | None = None
+
+
+@dataclass(frozen=True)
+class PipelineOutput:
+    """A retrieval's `result` and the images of the page it came from."""
+
+    result: Result
+    images: tuple[ImageRef, ...] = ()
 
 
 def run_pipeline(
@@ -54,20 +73,31 @@ def run_pipeline(
     language: str | None,
     *,
     now: Callable[[], datetime] = clock.now,
-) -> dict[str, Any]:
-    """Fetch `url` and return the `result` object for a `kind` retrieval."""
-    return run_pipeline_with_page(fetcher, url, kind, language, now=now).result
+) -> PipelineOutput:
+    """Fetch `url`: the `result` of a `kind` retrieval, and its page's images if it has content."""
+    run = _run(fetcher, url, kind, language, now)
+    images = page_images(run.page) if has_content(run.result) else ()
+    return PipelineOutput(run.result, images)
 
 
-def run_pipeline_with_page(
+def page_images(page: HtmlPage | None) -> tuple[ImageRef, ...]:
+    """The images of a page served as HTML, read from the tree the pipeline already parsed.
+
+    None for other media, nor for a body only sniffed as markup (no declared HTML type).
+    """
+    if page is None or page.tree is None or page.mime_type not in HTML_MIME_TYPES:
+        return ()
+    return tuple(images_from_tree(page.tree, page.url))
+
+
+def _run(
     fetcher: FetcherLike,
     url: str,
     kind: Kind,
     language: str | None,
-    *,
-    now: Callable[[], datetime] = clock.now,
+    now: Callable[[], datetime],
 ) -> PipelineRun:
-    """`run_pipeline`, keeping the parsed HTML page so callers need not parse it again."""
+    """The result, keeping the parsed HTML page so its images need no second parse."""
     if kind == "published_captions" and is_platform_url(url):
         return PipelineRun(failure_result(kind, Reason.UNSUPPORTED_SOURCE, now()))
     try:
@@ -79,7 +109,7 @@ def run_pipeline_with_page(
     return _captions(fetcher, response, language, now)
 
 
-def fetch_failure_result(kind: Kind, failure: FetchFailure, at: datetime) -> dict[str, Any]:
+def fetch_failure_result(kind: Kind, failure: FetchFailure, at: datetime) -> Result:
     """The result of a fetch that raised: its reason, final URL and Retry-After."""
     reason = failure.reason if failure.reason in FAILURE_STATUS else Reason.UNAVAILABLE
     return failure_result(
@@ -98,7 +128,7 @@ def _is_html(response: FetchedResponse) -> bool:
     return response.mime_type is None and response.body.lstrip()[:1] == b"<"
 
 
-def _finish(kind: Kind, content: Content, truncated: bool, at: datetime) -> dict[str, Any]:
+def _finish(kind: Kind, content: Content, truncated: bool, at: datetime) -> Result:
     """Build the result, reporting a byte-capped body as response_too_large."""
     if truncated:
         content.reasons.insert(0, Reason.RESPONSE_TOO_LARGE)
@@ -134,7 +164,7 @@ def _url_text(response: FetchedResponse, language: str | None, at: datetime) -> 
     return PipelineRun(_finish(kind, extraction.content, response.truncated, at), page)
 
 
-def _text_file(response: FetchedResponse, language: str | None, at: datetime) -> dict[str, Any]:
+def _text_file(response: FetchedResponse, language: str | None, at: datetime) -> Result:
     """url_text of a response that is not HTML: plain text, or a caption file's text."""
     kind: Kind = "url_text"
     text = decode_body(response.body, response.charset, html=False)
@@ -182,7 +212,7 @@ def _track_captions(
     tree: lxml.html.HtmlElement | None,
     language: str | None,
     now: Callable[[], datetime],
-) -> dict[str, Any]:
+) -> Result:
     """published_captions of an HTML page: the caption file of its best `<track>`."""
     kind: Kind = "published_captions"
     content = Content(source_url=response.url, mime_type=response.mime_type)
@@ -202,7 +232,7 @@ def _track_captions(
 
 def _caption_file(
     response: FetchedResponse, language: str | None, srclang: str | None, at: datetime
-) -> dict[str, Any]:
+) -> Result:
     """A caption file fetched for published_captions."""
     kind: Kind = "published_captions"
     content = Content(source_url=response.url, mime_type=response.mime_type)

@@ -1,14 +1,16 @@
 """Build `result` objects that match `evidence_retrieve.output.json` exactly.
 
 Every settled retrieval's `result` is made here, so the shape (required keys, bounds, the
-reason/status table, at most ten distinct warnings) is enforced in one place.
+reason/status table, at most ten distinct warnings) is enforced in one place. `Result`,
+`Provenance`, `SegmentDict` and `EvidenceRef` type that JSON wherever it travels (the pipeline,
+the runner, the store, the API's payloads, the MCP tools).
 """
 
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from worker.clock import isoformat
 from worker.reasons import FAILURE_STATUS, PARTIAL_PRIORITY, PARTIAL_REASONS, Reason, Status
@@ -26,6 +28,55 @@ LANGUAGE_TAG = re.compile(r"[a-zA-Z]{2,8}(?:-[a-zA-Z0-9]{1,8})*")
 
 Kind = Literal["url_text", "published_captions"]
 ContentKind = Literal["document_text", "metadata_only", "published_caption_file", "none"]
+CaptionFormat = Literal["webvtt", "subrip"]
+LanguageSource = Literal["publisher_declared", "unknown"]
+
+
+class SegmentDict(TypedDict):
+    """One timed cue of `result.segments`, as JSON."""
+
+    start_ms: int
+    end_ms: int
+    text: str
+
+
+class Provenance(TypedDict):
+    """`result.provenance`: where and how the content was obtained."""
+
+    source_url: str | None
+    retrieved_at: str
+    mime_type: str | None
+    parser_version: str
+    content_kind: ContentKind
+    caption_format: CaptionFormat | None
+    language: str | None
+    language_source: LanguageSource
+    platform_native_verified: bool
+
+
+class Result(TypedDict):
+    """A settled retrieval's `result`: exactly the keys of the contract's output schema.
+
+    `status`, `reason` and `warnings` hold `worker.reasons.Status` and `Reason` values.
+    """
+
+    kind: Kind
+    status: str
+    text: str
+    title: str | None
+    description: str | None
+    segments: list[SegmentDict]
+    provenance: Provenance
+    reason: str | None
+    warnings: list[str]
+    retry_after_seconds: int | None
+
+
+class EvidenceRef(TypedDict):
+    """An evidence revision named by a retrieval (`retrieval.evidence`) or a brief's finding."""
+
+    evidence_id: str
+    revision: int
 
 
 @dataclass(frozen=True)
@@ -36,7 +87,7 @@ class Segment:
     end_ms: int
     text: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> SegmentDict:
         return {"start_ms": self.start_ms, "end_ms": self.end_ms, "text": self.text}
 
 
@@ -51,7 +102,7 @@ class Content:
     source_url: str | None = None
     mime_type: str | None = None
     content_kind: ContentKind = "none"
-    caption_format: Literal["webvtt", "subrip"] | None = None
+    caption_format: CaptionFormat | None = None
     language: str | None = None
     #: Content-level reasons (text_limited, invalid_cues, …), most important first or any order.
     reasons: list[Reason] = field(default_factory=list)
@@ -100,7 +151,7 @@ def _source_url(value: str | None) -> str | None:
     return None
 
 
-def _segments(segments: Sequence[Segment]) -> list[dict[str, Any]]:
+def _segments(segments: Sequence[Segment]) -> list[SegmentDict]:
     """Keep at most MAX_SEGMENTS schema-valid segments (timed forwards, with text)."""
     kept = []
     for segment in segments[:MAX_SEGMENTS]:
@@ -110,7 +161,7 @@ def _segments(segments: Sequence[Segment]) -> list[dict[str, Any]]:
     return kept
 
 
-def _provenance(content: Content, retrieved_at: datetime) -> dict[str, Any]:
+def _provenance(content: Content, retrieved_at: datetime) -> Provenance:
     language = _language_tag(content.language)
     return {
         "source_url": _source_url(content.source_url),
@@ -125,7 +176,7 @@ def _provenance(content: Content, retrieved_at: datetime) -> dict[str, Any]:
     }
 
 
-def content_result(kind: Kind, content: Content, retrieved_at: datetime) -> dict[str, Any]:
+def content_result(kind: Kind, content: Content, retrieved_at: datetime) -> Result:
     """Build a `ready`/`partial` result from usable content (or `empty` when there is none)."""
     text, cut = cut_at_word(content.text)
     reasons = list(content.reasons)
@@ -161,7 +212,7 @@ def failure_result(
     content: Content | None = None,
     warnings: Iterable[Reason] = (),
     retry_after_seconds: int | None = None,
-) -> dict[str, Any]:
+) -> Result:
     """Build a result that carries no text: blocked, unsupported, empty, unavailable, …"""
     status = FAILURE_STATUS[reason]
     content = replace(content or Content(), content_kind="none")
@@ -193,10 +244,10 @@ def _result(
     retrieved_at: datetime,
     *,
     text: str,
-    segments: list[dict[str, Any]],
+    segments: list[SegmentDict],
     warnings: Iterable[Reason],
     retry_after_seconds: int | None = None,
-) -> dict[str, Any]:
+) -> Result:
     return {
         "kind": kind,
         "status": status.value,
@@ -211,12 +262,12 @@ def _result(
     }
 
 
-def cancelled_result(kind: Kind, at: datetime) -> dict[str, Any]:
+def cancelled_result(kind: Kind, at: datetime) -> Result:
     """The result a cancelled retrieval carries."""
     return failure_result(kind, Reason.CANCELLED, at)
 
 
-def has_content(result: dict[str, Any]) -> bool:
+def has_content(result: Result) -> bool:
     """Whether a result carries text or segments, and so names an evidence revision."""
     return result["status"] in (Status.READY, Status.PARTIAL) and bool(
         result["text"] or result["segments"]
@@ -226,7 +277,11 @@ def has_content(result: dict[str, Any]) -> bool:
 __all__ = [
     "PARTIAL_REASONS",
     "Content",
+    "EvidenceRef",
+    "Provenance",
+    "Result",
     "Segment",
+    "SegmentDict",
     "content_result",
     "failure_result",
     "cancelled_result",

@@ -2,7 +2,7 @@
 
 `guard` is the URL and address policy, `egress` the network backend that dials only checked
 addresses, `fetcher` the bounded HTTP client (redirects, size and time bounds), `errors` the
-classification of what went wrong, `politeness` and `robots` the manners, `types` the shared
-shapes. May import the base modules (`worker.reasons`, `worker.settings`, …); never `content`,
-`store` or `jobs`.
+classification of what went wrong, `media` the media types and body sniffing, `politeness` and
+`robots` the manners, `types` the shared shapes. May import the base modules
+(`worker.reasons`, `worker.settings`, …); never `content`, `store` or `jobs`.
 """

@@ -26,15 +26,14 @@ from worker.fetch.egress import (
     make_decoder,
     remaining_seconds,
 )
-from worker.fetch.errors import Trail, map_fetch_errors, media_type, parse_content_type
+from worker.fetch.errors import Trail, map_fetch_errors
 from worker.fetch.guard import MAX_REDIRECTS, REDIRECT_STATUSES, ParsedTarget, Verdict, guard_url
+from worker.fetch.media import ALLOWED_MIME_TYPES, media_type, parse_content_type
 from worker.fetch.politeness import Politeness, SharedState
 from worker.fetch.robots import ROBOTS_MAX_BYTES, RobotsAnswer, RobotsPolicy
 from worker.fetch.types import FetchedResponse, FetchFailure
 from worker.reasons import Reason
 from worker.settings import Settings
-
-ALLOWED_MIME_TYPES = errors.ALLOWED_MIME_TYPES
 
 #: Response headers accepted at most (their total size is capped by h11 at 100 KiB).
 MAX_RESPONSE_HEADERS = 256

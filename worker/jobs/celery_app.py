@@ -96,7 +96,7 @@ def _preload_pipeline(**_: Any) -> None:
     A task cancelled mid-import (as on a broker disconnect) would leave a half-initialised
     module in its child; here nothing can interrupt it (docs/reliability.md, "Outages").
     """
-    import worker.content.assets  # noqa: F401
+    import worker.content.pipeline  # noqa: F401
 
 
 @signals.worker_process_init.connect

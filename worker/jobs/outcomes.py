@@ -8,6 +8,7 @@ in the worker's task-succeeded event (Flower's task list shows it) and in the wo
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any, Literal
 
 #: What this delivery did: settled the retrieval, lost its claim (a cancel, expiry or newer
@@ -20,7 +21,7 @@ def task_outcome(
     retrieval_id: uuid.UUID,
     delivery: Delivery,
     state: str | None,
-    result: dict[str, Any] | None = None,
+    result: Mapping[str, Any] | None = None,
     attempt: int | None = None,
 ) -> dict[str, Any]:
     """The task's return value: the retrieval as recorded after this delivery, and the delivery.

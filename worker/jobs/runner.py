@@ -20,7 +20,7 @@ from worker.states import RetrievalState as S
 from worker.store import db, retrievals
 
 if TYPE_CHECKING:
-    from worker.content.assets import PipelineOutput
+    from worker.content.pipeline import PipelineOutput
 
 log = structlog.get_logger(__name__)
 
@@ -54,11 +54,11 @@ def close_fetcher() -> None:
 
 def produce_output(claim: retrievals.Claim) -> PipelineOutput:
     """Fetch and extract: the content step, with the page's images. Never raises for a source."""
-    from worker.content.assets import PipelineOutput, run_pipeline_with_assets
+    from worker.content.pipeline import PipelineOutput, run_pipeline
 
     fetcher = MeteredFetcher(get_fetcher())
     try:
-        return run_pipeline_with_assets(fetcher, claim.url, claim.kind, claim.language)  # type: ignore[arg-type]
+        return run_pipeline(fetcher, claim.url, claim.kind, claim.language)  # type: ignore[arg-type]
     except SoftTimeLimitExceeded:
         log.warning("soft_time_limit")
         return PipelineOutput(failure_result(claim.kind, Reason.TIMEOUT, clock.now()))  # type: ignore[arg-type]

@@ -9,21 +9,57 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from worker.clock import isoformat
-from worker.store.models import MAX_STORED_REVISION, Evidence
+from worker.content.results import EvidenceRef
+from worker.store import evidence
+from worker.store.models import MAX_STORED_REVISION
 from worker.store.read_models import Brief, BriefRevision
-from worker.store.typed import table_of
 
-B = Brief.__table__.c  # type: ignore[attr-defined]
-BR = BriefRevision.__table__.c  # type: ignore[attr-defined]
-E = Evidence.__table__.c  # type: ignore[attr-defined]
-#: Evidence ids looked up per query when checking references.
-LOOKUP_BATCH = 500
+BRIEF: sa.Table = Brief.__table__  # type: ignore[attr-defined]
+BRIEF_REVISION: sa.Table = BriefRevision.__table__  # type: ignore[attr-defined]
+
+
+class Finding(TypedDict):
+    """One finding of a brief, with the evidence revisions it rests on."""
+
+    id: str
+    statement: str
+    basis: Literal["observed", "inferred", "generated"]
+    evidence: list[EvidenceRef]
+    uncertainty: str
+
+
+class BriefContent(TypedDict):
+    """A brief's content: exactly the keys of `briefs_get.output.json`'s `content`."""
+
+    title: str
+    question: str
+    summary: str
+    findings: list[Finding]
+    angles: list[str]
+    notes: str
+    project_id: str | None
+    project_revision: int | None
+    corpus_snapshot_id: str | None
+    language: str
+
+
+class BriefDoc(TypedDict):
+    """`brief` of `briefs_get.output.json`: a brief at one revision."""
+
+    id: str
+    workspace_id: str
+    revision: int
+    archived: bool
+    created_at: str
+    updated_at: str
+    content: BriefContent
+    reviewed_revision: int | None
 
 
 class BriefError(Exception):
@@ -54,7 +90,7 @@ class BadEvidence(BriefError):
         self.field = field
 
 
-def _references(content: dict[str, Any]) -> Iterator[tuple[str, uuid.UUID, int]]:
+def _references(content: BriefContent) -> Iterator[tuple[str, uuid.UUID, int]]:
     """(field path, evidence_id, revision) of every evidence reference in `content`."""
     for i, finding in enumerate(content.get("findings", [])):
         for j, ref in enumerate(finding.get("evidence", [])):
@@ -62,19 +98,11 @@ def _references(content: dict[str, Any]) -> Iterator[tuple[str, uuid.UUID, int]]
             yield path, uuid.UUID(str(ref["evidence_id"])), int(ref["revision"])
 
 
-def check_evidence(session: Session, workspace_id: uuid.UUID, content: dict[str, Any]) -> None:
+def check_evidence(session: Session, workspace_id: uuid.UUID, content: BriefContent) -> None:
     """Raise BadEvidence unless every reference names an evidence revision of the workspace."""
     refs = list(_references(content))
     ids = list({evidence_id for _, evidence_id, _ in refs})
-    latest: dict[uuid.UUID, int] = {}
-    for start in range(0, len(ids), LOOKUP_BATCH):
-        batch = ids[start : start + LOOKUP_BATCH]
-        rows = session.execute(
-            sa.select(E.id, E.latest_revision).where(
-                E.workspace_id == workspace_id, E.id.in_(batch)
-            )
-        )
-        latest.update({row.id: row.latest_revision for row in rows})
+    latest = evidence.latest_revisions(session, workspace_id, ids)
     for path, evidence_id, revision in refs:
         if evidence_id not in latest:
             raise BadEvidence(f"{path}.evidence_id")
@@ -84,23 +112,23 @@ def check_evidence(session: Session, workspace_id: uuid.UUID, content: dict[str,
 
 
 def _add_revision(
-    session: Session, brief_id: uuid.UUID, revision: int, content: dict[str, Any], now: datetime
+    session: Session, brief_id: uuid.UUID, revision: int, content: BriefContent, now: datetime
 ) -> None:
     session.execute(
-        sa.insert(table_of(BriefRevision)).values(
+        sa.insert(BRIEF_REVISION).values(
             brief_id=brief_id, revision=revision, content=content, created_at=now
         )
     )
 
 
 def create_brief(
-    session: Session, workspace_id: uuid.UUID, content: dict[str, Any], now: datetime
+    session: Session, workspace_id: uuid.UUID, content: BriefContent, now: datetime
 ) -> uuid.UUID:
     """Create a brief at revision 1; return its id."""
     check_evidence(session, workspace_id, content)
     brief_id = uuid.uuid4()
     session.execute(
-        sa.insert(table_of(Brief)).values(
+        sa.insert(BRIEF).values(
             id=brief_id,
             workspace_id=workspace_id,
             latest_revision=1,
@@ -115,8 +143,8 @@ def create_brief(
 
 def _current(session: Session, workspace_id: uuid.UUID, brief_id: uuid.UUID) -> Any:
     row = session.execute(
-        sa.select(B.latest_revision, B.archived).where(
-            B.id == brief_id, B.workspace_id == workspace_id
+        sa.select(BRIEF.c.latest_revision, BRIEF.c.archived).where(
+            BRIEF.c.id == brief_id, BRIEF.c.workspace_id == workspace_id
         )
     ).one_or_none()
     if row is None:
@@ -129,7 +157,7 @@ def revise_brief(
     workspace_id: uuid.UUID,
     brief_id: uuid.UUID,
     expected_revision: int,
-    content: dict[str, Any],
+    content: BriefContent,
     now: datetime,
 ) -> int:
     """Add a revision on top of `expected_revision`; return the new revision number."""
@@ -142,12 +170,12 @@ def revise_brief(
     won = session.execute(
         sa.update(Brief)
         .where(
-            B.id == brief_id,
-            B.latest_revision == expected_revision,
-            B.archived.is_(False),
+            BRIEF.c.id == brief_id,
+            BRIEF.c.latest_revision == expected_revision,
+            BRIEF.c.archived.is_(False),
         )
         .values(latest_revision=expected_revision + 1, updated_at=now)
-        .returning(B.latest_revision)
+        .returning(BRIEF.c.latest_revision)
     ).scalar_one_or_none()
     if won is None:
         raise StaleRevision(str(brief_id))
@@ -165,7 +193,9 @@ def review_brief(
     if not 1 <= revision <= current.latest_revision:
         raise UnknownRevision(str(revision))
     session.execute(
-        sa.update(Brief).where(B.id == brief_id).values(reviewed_revision=revision, updated_at=now)
+        sa.update(Brief)
+        .where(BRIEF.c.id == brief_id)
+        .values(reviewed_revision=revision, updated_at=now)
     )
 
 
@@ -176,16 +206,16 @@ def archive_brief(
     current = _current(session, workspace_id, brief_id)
     if not current.archived:
         session.execute(
-            sa.update(Brief).where(B.id == brief_id).values(archived=True, updated_at=now)
+            sa.update(Brief).where(BRIEF.c.id == brief_id).values(archived=True, updated_at=now)
         )
 
 
 def read_brief(
     session: Session, workspace_id: uuid.UUID, brief_id: uuid.UUID, revision: int | None = None
-) -> dict[str, Any] | None:
+) -> BriefDoc | None:
     """The brief at its latest (or an exact) revision, shaped as briefs_get's `brief`."""
     brief = session.execute(
-        sa.select(Brief).where(B.id == brief_id, B.workspace_id == workspace_id)
+        sa.select(Brief).where(BRIEF.c.id == brief_id, BRIEF.c.workspace_id == workspace_id)
     ).scalar_one_or_none()
     if brief is None:
         return None
@@ -203,6 +233,7 @@ def read_brief(
         "archived": bool(brief.archived),
         "created_at": isoformat(brief.created_at),
         "updated_at": isoformat(updated),
-        "content": row.content,
+        # The column holds the content a write stored, which was a BriefContent.
+        "content": cast(BriefContent, row.content),
         "reviewed_revision": brief.reviewed_revision,
     }

@@ -10,12 +10,12 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from worker.content.chunking import chunk_id, split_revision
+from worker.content.results import SegmentDict
 from worker.store import fulltext, reports
 from worker.store.read_models import EvidenceChunk
 
-TABLE: sa.Table = EvidenceChunk.__table__  # type: ignore[attr-defined]
-C = TABLE.c
-_INSERT_CHUNK = sa.insert(TABLE)
+CHUNK: sa.Table = EvidenceChunk.__table__  # type: ignore[attr-defined]
+_INSERT_CHUNK = sa.insert(CHUNK)
 #: Hits returned at most per search.
 MAX_LIMIT = 50
 
@@ -27,7 +27,7 @@ def record_chunks(
     revision: int,
     language: str | None,
     text: str,
-    segments: Sequence[dict[str, Any]],
+    segments: Sequence[SegmentDict],
 ) -> int:
     """Split a new revision into passages and store them; return how many."""
     passages = split_revision(text, segments)
@@ -67,24 +67,26 @@ def search_chunks(
     limit: int = 10,
 ) -> list[dict[str, Any]]:
     """Passages of the workspace's latest revisions that match `query`, best first."""
-    base = reports.with_report(sa.select(C.chunk_id, C.text), TABLE)
-    base = reports.filter_evidence(base, TABLE, kind=kind, language=language)
-    base = base.where(C.workspace_id == workspace_id)
+    base = reports.with_report(sa.select(CHUNK.c.chunk_id, CHUNK.c.text), CHUNK)
+    base = reports.filter_evidence(base, CHUNK, kind=kind, language=language)
+    base = base.where(CHUNK.c.workspace_id == workspace_id)
     configs = session.execute(
-        sa.select(C.ts_config).where(C.workspace_id == workspace_id).distinct()
+        sa.select(CHUNK.c.ts_config).where(CHUNK.c.workspace_id == workspace_id).distinct()
     ).scalars()
-    found = fulltext.ranked(session, base, TABLE, query, configs)
+    found = fulltext.ranked(session, base, CHUNK, query, configs)
     if found is None:
         return []
     stmt, score = found
     rows = session.execute(
-        stmt.add_columns(score).order_by(score.desc(), C.seq).limit(min(limit, MAX_LIMIT))
+        stmt.add_columns(score).order_by(score.desc(), CHUNK.c.seq).limit(min(limit, MAX_LIMIT))
     )
     return [_hit(row, row.score) for row in rows]
 
 
 def get_chunk(session: Session, chunk_id_: str) -> tuple[uuid.UUID, dict[str, Any]] | None:
     """(workspace_id, chunk) for an id, with score 0.0; None when unknown."""
-    stmt = reports.with_report(sa.select(C.workspace_id, C.chunk_id, C.text), TABLE)
-    row = session.execute(stmt.where(C.chunk_id == chunk_id_)).one_or_none()
+    stmt = reports.with_report(
+        sa.select(CHUNK.c.workspace_id, CHUNK.c.chunk_id, CHUNK.c.text), CHUNK
+    )
+    row = session.execute(stmt.where(CHUNK.c.chunk_id == chunk_id_)).one_or_none()
     return None if row is None else (row.workspace_id, _hit(row, 0.0))

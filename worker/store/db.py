@@ -1,4 +1,4 @@
-"""Engines and sessions for PostgreSQL and the embedded SQLite default."""
+"""Engines and sessions for PostgreSQL and the embedded SQLite default, and the dialect choice."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -19,6 +20,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from worker.settings import get_settings
 
 T = TypeVar("T")
+#: The two dialects the service runs on; `dialect(session)` says which one a session uses.
+POSTGRESQL = "postgresql"
+SQLITE = "sqlite"
 
 #: How long SQLite waits on a lock before "database is locked" (seconds).
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
@@ -29,7 +33,22 @@ _pre_ping = True
 
 
 def is_sqlite(engine: Engine) -> bool:
-    return engine.dialect.name == "sqlite"
+    return engine.dialect.name == SQLITE
+
+
+def dialect(session: Session) -> str:
+    """The dialect `session` talks to: POSTGRESQL or SQLITE."""
+    return session.get_bind().dialect.name
+
+
+def ping(session: Session) -> None:
+    """One round trip to the database (raises when it cannot be reached)."""
+    session.execute(sa.text("SELECT 1"))
+
+
+def insert_for(dialect_name: str) -> Callable[[sa.Table], postgresql.Insert | sqlite.Insert]:
+    """The dialect's `insert`, which has ON CONFLICT (the generic one has not)."""
+    return postgresql.insert if dialect_name == POSTGRESQL else sqlite.insert
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -13,21 +13,21 @@ import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from worker.content.results import Result
+from worker.store import db
 from worker.store.models import MAX_STORED_REVISION, Evidence, EvidenceRevision
 
 if TYPE_CHECKING:
     from worker.content.images import ImageRef
 
-E = Evidence.__table__.c  # type: ignore[attr-defined]
-R = EvidenceRevision.__table__.c  # type: ignore[attr-defined]
-
+EVIDENCE: sa.Table = Evidence.__table__  # type: ignore[attr-defined]
+REVISION: sa.Table = EvidenceRevision.__table__  # type: ignore[attr-defined]
 DEFAULT_PORTS = {"https": 443, "http": 80}
 
 
@@ -43,7 +43,7 @@ def normalise_url(url: str) -> str:
     return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
 
 
-def fingerprint(result: dict[str, Any]) -> str:
+def fingerprint(result: Result) -> str:
     """SHA-256 of the content a revision holds (not of when or how it was fetched)."""
     content = {
         "text": result["text"],
@@ -55,8 +55,6 @@ def fingerprint(result: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-EVIDENCE: sa.Table = Evidence.__table__  # type: ignore[attr-defined]
-REVISION: sa.Table = EvidenceRevision.__table__  # type: ignore[attr-defined]
 _ITEM_KEY = ["workspace_id", "kind", "url_key", "language"]
 
 
@@ -66,8 +64,7 @@ def _upsert_item(dialect: str) -> sa.Insert:
 
     The row lock makes concurrent writers of one item number revisions one at a time.
     """
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(EVIDENCE).values(
+    stmt = db.insert_for(dialect)(EVIDENCE).values(
         id=sa.bindparam("b_id"),
         workspace_id=sa.bindparam("b_workspace_id"),
         kind=sa.bindparam("b_kind"),
@@ -77,18 +74,19 @@ def _upsert_item(dialect: str) -> sa.Insert:
         created_at=sa.bindparam("b_now"),
     )
     stmt = stmt.on_conflict_do_update(
-        index_elements=_ITEM_KEY, set_={"latest_revision": E.latest_revision}
+        index_elements=_ITEM_KEY, set_={"latest_revision": EVIDENCE.c.latest_revision}
     )
-    return stmt.returning(E.id, E.latest_revision)
+    return stmt.returning(EVIDENCE.c.id, EVIDENCE.c.latest_revision)
 
 
-_FIND_REVISION = sa.select(R.revision).where(
-    R.evidence_id == sa.bindparam("b_evidence_id"), R.content_sha256 == sa.bindparam("b_sha")
+_FIND_REVISION = sa.select(REVISION.c.revision).where(
+    REVISION.c.evidence_id == sa.bindparam("b_evidence_id"),
+    REVISION.c.content_sha256 == sa.bindparam("b_sha"),
 )
 _INSERT_REVISION = sa.insert(REVISION)
 _SET_LATEST = (
     sa.update(EVIDENCE)
-    .where(E.id == sa.bindparam("b_evidence_id"))
+    .where(EVIDENCE.c.id == sa.bindparam("b_evidence_id"))
     .values(latest_revision=sa.bindparam("b_revision"))
 )
 
@@ -98,7 +96,7 @@ def record(
     workspace_id: uuid.UUID,
     kind: str,
     requested_url: str,
-    result: dict[str, Any],
+    result: Result,
     now: datetime,
     images: Sequence[ImageRef] = (),
 ) -> tuple[uuid.UUID, int]:
@@ -109,9 +107,8 @@ def record(
     provenance = result["provenance"]
     url_key = normalise_url(provenance["source_url"] or requested_url)
     language = (provenance["language"] or "").lower()
-    dialect = session.bind.dialect.name  # type: ignore[union-attr]
     item = session.execute(
-        _upsert_item(dialect),
+        _upsert_item(db.dialect(session)),
         {
             "b_id": uuid.uuid4(),
             "b_workspace_id": workspace_id,
@@ -160,16 +157,40 @@ def get_revision(
     """One revision (the latest when `revision` is None)."""
     if revision is not None and revision > MAX_STORED_REVISION:
         return None
-    stmt = sa.select(EvidenceRevision).where(R.evidence_id == evidence_id)
-    stmt = stmt.where(R.revision == revision) if revision else stmt.order_by(R.revision.desc())
+    stmt = sa.select(EvidenceRevision).where(REVISION.c.evidence_id == evidence_id)
+    stmt = (
+        stmt.where(REVISION.c.revision == revision)
+        if revision
+        else stmt.order_by(REVISION.c.revision.desc())
+    )
     return session.execute(stmt.limit(1)).scalar_one_or_none()
 
 
 def list_revisions(session: Session, evidence_id: uuid.UUID) -> list[tuple[int, str, datetime]]:
     """(revision, content_sha256, created_at) for every revision, oldest first."""
     rows = session.execute(
-        sa.select(R.revision, R.content_sha256, R.created_at)
-        .where(R.evidence_id == evidence_id)
-        .order_by(R.revision)
+        sa.select(REVISION.c.revision, REVISION.c.content_sha256, REVISION.c.created_at)
+        .where(REVISION.c.evidence_id == evidence_id)
+        .order_by(REVISION.c.revision)
     )
-    return [(r.revision, r.content_sha256, r.created_at) for r in rows]
+    return [(row.revision, row.content_sha256, row.created_at) for row in rows]
+
+
+#: Evidence ids looked up per query (a brief may cite thousands).
+LOOKUP_BATCH = 500
+
+
+def latest_revisions(
+    session: Session, workspace_id: uuid.UUID, evidence_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, int]:
+    """The latest revision of each of `evidence_ids` that is an item of the workspace."""
+    latest: dict[uuid.UUID, int] = {}
+    for start in range(0, len(evidence_ids), LOOKUP_BATCH):
+        batch = evidence_ids[start : start + LOOKUP_BATCH]
+        rows = session.execute(
+            sa.select(EVIDENCE.c.id, EVIDENCE.c.latest_revision).where(
+                EVIDENCE.c.workspace_id == workspace_id, EVIDENCE.c.id.in_(batch)
+            )
+        )
+        latest.update({row.id: row.latest_revision for row in rows})
+    return latest

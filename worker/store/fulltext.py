@@ -15,6 +15,7 @@ from sqlalchemy.dialects.postgresql import REGCONFIG
 from sqlalchemy.orm import Session
 
 from worker.languages import primary_subtag
+from worker.store import db
 
 #: Primary language subtag → PostgreSQL text-search configuration (others use "simple").
 TS_CONFIGS: dict[str, str] = {
@@ -91,7 +92,7 @@ def ranked(
     terms = query_terms(query)
     if not terms:
         return None
-    if session.bind.dialect.name == "postgresql":  # type: ignore[union-attr]
+    if db.dialect(session) == db.POSTGRESQL:
         tsv: sa.ColumnClause[object] = sa.literal_column(f"{table.name}.tsv")
         tsq = _tsquery(" ".join(terms), set(configs) | {SIMPLE})
         score = sa.func.ts_rank_cd(tsv, tsq).label("score")

@@ -13,9 +13,8 @@ from worker.content.images import ImageRef
 from worker.store import fulltext, reports
 from worker.store.read_models import EvidenceImage
 
-TABLE: sa.Table = EvidenceImage.__table__  # type: ignore[attr-defined]
-I = TABLE.c  # noqa: E741
-_INSERT_IMAGE = sa.insert(TABLE)
+IMAGE: sa.Table = EvidenceImage.__table__  # type: ignore[attr-defined]
+_INSERT_IMAGE = sa.insert(IMAGE)
 #: Namespace of image ids: uuid5 of (evidence id, revision, ordinal).
 IMAGE_NAMESPACE = uuid.UUID("5d0c6a2e-1f43-4b7e-8c2a-9e6f3b1d4c27")
 MAX_LIMIT = 50
@@ -71,30 +70,37 @@ def _hit(row: Any, score: float) -> dict[str, Any]:
 
 
 def _columns() -> sa.Select[Any]:
-    return sa.select(I.image_id, I.url, I.caption, I.copyright, I.format, I.workspace_id)
+    return sa.select(
+        IMAGE.c.image_id,
+        IMAGE.c.url,
+        IMAGE.c.caption,
+        IMAGE.c.copyright,
+        IMAGE.c.format,
+        IMAGE.c.workspace_id,
+    )
 
 
 def search_images(
     session: Session, workspace_id: uuid.UUID, query: str, *, limit: int = 10
 ) -> list[dict[str, Any]]:
     """Images of the workspace's latest revisions whose caption or alt text match, best first."""
-    base = reports.filter_evidence(reports.with_report(_columns(), TABLE), TABLE)
-    base = base.where(I.workspace_id == workspace_id)
+    base = reports.filter_evidence(reports.with_report(_columns(), IMAGE), IMAGE)
+    base = base.where(IMAGE.c.workspace_id == workspace_id)
     configs = session.execute(
-        sa.select(I.ts_config).where(I.workspace_id == workspace_id).distinct()
+        sa.select(IMAGE.c.ts_config).where(IMAGE.c.workspace_id == workspace_id).distinct()
     ).scalars()
-    found = fulltext.ranked(session, base, TABLE, query, configs)
+    found = fulltext.ranked(session, base, IMAGE, query, configs)
     if found is None:
         return []
     stmt, score = found
     rows = session.execute(
-        stmt.add_columns(score).order_by(score.desc(), I.seq).limit(min(limit, MAX_LIMIT))
+        stmt.add_columns(score).order_by(score.desc(), IMAGE.c.seq).limit(min(limit, MAX_LIMIT))
     )
     return [_hit(row, row.score) for row in rows]
 
 
 def get_image(session: Session, image_id_: str) -> tuple[uuid.UUID, dict[str, Any]] | None:
     """(workspace_id, image) for an id, with score 0.0; None when unknown."""
-    stmt = reports.with_report(_columns(), TABLE).where(I.image_id == image_id_)
+    stmt = reports.with_report(_columns(), IMAGE).where(IMAGE.c.image_id == image_id_)
     row = session.execute(stmt).one_or_none()
     return None if row is None else (row.workspace_id, _hit(row, 0.0))

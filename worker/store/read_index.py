@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from worker.content.images import ImageRef
+from worker.content.results import Result
 from worker.store import chunks, reports
 from worker.store import images as image_store
 
@@ -18,12 +18,12 @@ def index_revision(
     workspace_id: uuid.UUID,
     evidence_id: uuid.UUID,
     revision: int,
-    result: dict[str, Any],
+    result: Result,
     images: Sequence[ImageRef] = (),
 ) -> None:
     """Give the item its report id, and store the revision's passages and images."""
     reports.ensure_report(session, workspace_id, evidence_id)
-    language = result["provenance"].get("language")
+    language = result["provenance"]["language"]
     chunks.record_chunks(
         session, workspace_id, evidence_id, revision, language, result["text"], result["segments"]
     )

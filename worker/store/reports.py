@@ -8,10 +8,10 @@ from datetime import date
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from worker.clock import as_utc
+from worker.store import db
 from worker.store.models import Evidence, EvidenceRevision
 from worker.store.read_models import EvidenceReport, WorkspaceReportCounter
 
@@ -19,10 +19,11 @@ EVIDENCE: sa.Table = Evidence.__table__  # type: ignore[attr-defined]
 REVISION: sa.Table = EvidenceRevision.__table__  # type: ignore[attr-defined]
 REPORT: sa.Table = EvidenceReport.__table__  # type: ignore[attr-defined]
 COUNTER: sa.Table = WorkspaceReportCounter.__table__  # type: ignore[attr-defined]
-E, R, RP = EVIDENCE.c, REVISION.c, REPORT.c
 
 
-_REPORT_OF = sa.select(RP.report_id).where(RP.evidence_id == sa.bindparam("b_evidence_id"))
+_REPORT_OF = sa.select(REPORT.c.report_id).where(
+    REPORT.c.evidence_id == sa.bindparam("b_evidence_id")
+)
 _INSERT_REPORT = sa.insert(REPORT)
 
 
@@ -34,8 +35,9 @@ def _next_report_id(dialect: str) -> sa.Insert:
     for each other and each gets the next number (PostgreSQL re-reads the committed row under
     READ COMMITTED); SQLite's writers already run one at a time. Other workspaces never wait.
     """
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(COUNTER).values(workspace_id=sa.bindparam("b_workspace_id"), last_report_id=1)
+    stmt = db.insert_for(dialect)(COUNTER).values(
+        workspace_id=sa.bindparam("b_workspace_id"), last_report_id=1
+    )
     stmt = stmt.on_conflict_do_update(
         index_elements=["workspace_id"], set_={"last_report_id": COUNTER.c.last_report_id + 1}
     )
@@ -51,7 +53,7 @@ def ensure_report(session: Session, workspace_id: uuid.UUID, evidence_id: uuid.U
     existing = session.execute(_REPORT_OF, {"b_evidence_id": evidence_id}).scalar_one_or_none()
     if existing is not None:
         return int(existing)
-    dialect = session.bind.dialect.name  # type: ignore[union-attr]
+    dialect = db.dialect(session)
     report_id = int(
         session.execute(_next_report_id(dialect), {"b_workspace_id": workspace_id}).scalar_one()
     )
@@ -65,11 +67,20 @@ def ensure_report(session: Session, workspace_id: uuid.UUID, evidence_id: uuid.U
 def with_report(stmt: sa.Select[Any], table: sa.Table) -> sa.Select[Any]:
     """Join a passage/image table to its evidence item, revision and report id."""
     return (
-        stmt.add_columns(RP.report_id, R.title, R.created_at.label("revised_at"), E.url_key)
+        stmt.add_columns(
+            REPORT.c.report_id,
+            REVISION.c.title,
+            REVISION.c.created_at.label("revised_at"),
+            EVIDENCE.c.url_key,
+        )
         .select_from(table)
-        .join(EVIDENCE, E.id == table.c.evidence_id)
-        .join(REVISION, (R.evidence_id == table.c.evidence_id) & (R.revision == table.c.revision))
-        .join(REPORT, RP.evidence_id == table.c.evidence_id)
+        .join(EVIDENCE, EVIDENCE.c.id == table.c.evidence_id)
+        .join(
+            REVISION,
+            (REVISION.c.evidence_id == table.c.evidence_id)
+            & (REVISION.c.revision == table.c.revision),
+        )
+        .join(REPORT, REPORT.c.evidence_id == table.c.evidence_id)
     )
 
 
@@ -77,12 +88,12 @@ def filter_evidence(
     stmt: sa.Select[Any], table: sa.Table, *, kind: str | None = None, language: str | None = None
 ) -> sa.Select[Any]:
     """Keep latest revisions only, of one kind and language (primary subtag matches) if given."""
-    stmt = stmt.where(table.c.revision == E.latest_revision)
+    stmt = stmt.where(table.c.revision == EVIDENCE.c.latest_revision)
     if kind:
-        stmt = stmt.where(E.kind == kind)
+        stmt = stmt.where(EVIDENCE.c.kind == kind)
     if language:
         tag = language.lower()
-        stmt = stmt.where(sa.or_(E.language == tag, E.language.like(f"{tag}-%")))
+        stmt = stmt.where(sa.or_(EVIDENCE.c.language == tag, EVIDENCE.c.language.like(f"{tag}-%")))
     return stmt
 
 

@@ -14,13 +14,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from worker.content.results import cancelled_result, has_content
+from worker.content.results import Result, cancelled_result, has_content
 from worker.states import RetrievalState as S
 from worker.states import sources_of
-from worker.store import evidence
+from worker.store import db, evidence
 from worker.store.models import Retrieval
 from worker.store.typed import rowcount
 
@@ -28,34 +27,43 @@ if TYPE_CHECKING:
     from worker.content.images import ImageRef
 
 RETRIEVAL: sa.Table = Retrieval.__table__  # type: ignore[attr-defined]
-T = RETRIEVAL.c
 
 # The worker's two statements per delivery, built once (bound parameters are prefixed `b_`:
 # SQLAlchemy reserves the column names for the SET clause).
 _CLAIM = (
     sa.update(RETRIEVAL)
     .where(
-        T.id == sa.bindparam("b_id"),
-        T.state == S.PENDING.value,
-        T.valid_until > sa.bindparam("b_now"),
+        RETRIEVAL.c.id == sa.bindparam("b_id"),
+        RETRIEVAL.c.state == S.PENDING.value,
+        RETRIEVAL.c.valid_until > sa.bindparam("b_now"),
     )
-    .values(state=S.RUNNING.value, attempt=T.attempt + 1, lease_until=sa.bindparam("b_lease_until"))
-    .returning(T.attempt, T.url, T.kind, T.language, T.workspace_id)
+    .values(
+        state=S.RUNNING.value,
+        attempt=RETRIEVAL.c.attempt + 1,
+        lease_until=sa.bindparam("b_lease_until"),
+    )
+    .returning(
+        RETRIEVAL.c.attempt,
+        RETRIEVAL.c.url,
+        RETRIEVAL.c.kind,
+        RETRIEVAL.c.language,
+        RETRIEVAL.c.workspace_id,
+    )
 )
 _SETTLE = (
     sa.update(RETRIEVAL)
     .where(
-        T.id == sa.bindparam("b_id"),
-        T.state == S.RUNNING.value,
-        T.attempt == sa.bindparam("b_attempt"),
-        T.valid_until > sa.bindparam("b_now"),
+        RETRIEVAL.c.id == sa.bindparam("b_id"),
+        RETRIEVAL.c.state == S.RUNNING.value,
+        RETRIEVAL.c.attempt == sa.bindparam("b_attempt"),
+        RETRIEVAL.c.valid_until > sa.bindparam("b_now"),
     )
     .values(
         state=S.COMPLETED.value,
-        result=sa.bindparam("b_result", type_=T.result.type),
+        result=sa.bindparam("b_result", type_=RETRIEVAL.c.result.type),
         settled_at=sa.bindparam("b_now"),
         lease_until=None,
-        evidence_id=sa.bindparam("b_evidence_id", type_=T.evidence_id.type),
+        evidence_id=sa.bindparam("b_evidence_id", type_=RETRIEVAL.c.evidence_id.type),
         evidence_revision=sa.bindparam("b_revision", type_=sa.Integer),
     )
 )
@@ -93,10 +101,6 @@ class Claim:
     workspace_id: uuid.UUID
 
 
-def _insert(session: Session) -> Any:
-    return postgresql.insert if session.bind.dialect.name == "postgresql" else sqlite.insert  # type: ignore[union-attr]
-
-
 def create_retrieval(
     session: Session, request: NewRetrieval, now: datetime, ttl: timedelta
 ) -> tuple[Retrieval, bool]:
@@ -109,7 +113,7 @@ def create_retrieval(
     caught by the sweep, which republishes pending rows whose publish is old.
     """
     stmt = (
-        _insert(session)(RETRIEVAL)
+        db.insert_for(db.dialect(session))(RETRIEVAL)
         .values(
             id=uuid.uuid4(),
             workspace_id=request.workspace_id,
@@ -124,14 +128,15 @@ def create_retrieval(
             valid_until=now + ttl,
         )
         .on_conflict_do_nothing(index_elements=["workspace_id", "mutation_id"])
-        .returning(*Retrieval.__table__.columns)  # type: ignore[attr-defined]
+        .returning(*RETRIEVAL.columns)
     )
     inserted = session.execute(stmt).one_or_none()
     if inserted is not None:
         return Retrieval(**inserted._mapping), True
     row = session.execute(
         sa.select(Retrieval).where(
-            T.workspace_id == request.workspace_id, T.mutation_id == request.mutation_id
+            RETRIEVAL.c.workspace_id == request.workspace_id,
+            RETRIEVAL.c.mutation_id == request.mutation_id,
         )
     ).scalar_one()
     if (row.url, row.kind, row.language) != (request.url, request.kind, request.language_key):
@@ -143,11 +148,21 @@ def get_retrieval(session: Session, retrieval_id: uuid.UUID) -> Retrieval | None
     return session.get(Retrieval, retrieval_id, populate_existing=True)
 
 
+#: One retrieval by id as a plain row: its payload needs the columns only, and the ORM's
+#: identity map and object construction cost more CPU than the query on this hot path.
+_ROW_BY_ID = sa.select(*RETRIEVAL.columns).where(RETRIEVAL.c.id == sa.bindparam("retrieval_id"))
+
+
+def read_row(session: Session, retrieval_id: uuid.UUID) -> sa.Row[Any] | None:
+    """The retrieval's columns as a plain row (attributes named as the model's), or None."""
+    return session.execute(_ROW_BY_ID, {"retrieval_id": retrieval_id}).one_or_none()
+
+
 def mark_unpublished(session: Session, retrieval_id: uuid.UUID) -> None:
     """The broker did not take it: leave it to the sweep, which publishes NULLs first."""
     session.execute(
         sa.update(Retrieval)
-        .where(T.id == retrieval_id, T.state == S.PENDING.value)
+        .where(RETRIEVAL.c.id == retrieval_id, RETRIEVAL.c.state == S.PENDING.value)
         .values(published_at=None)
     )
 
@@ -157,7 +172,7 @@ def mark_published(session: Session, ids: list[uuid.UUID], now: datetime) -> Non
     if ids:
         session.execute(
             sa.update(Retrieval)
-            .where(T.id.in_(ids), T.state == S.PENDING.value)
+            .where(RETRIEVAL.c.id.in_(ids), RETRIEVAL.c.state == S.PENDING.value)
             .values(published_at=now)
         )
 
@@ -184,7 +199,7 @@ class Fenced(Exception):
 def settle(
     session: Session,
     claim: Claim,
-    result: dict[str, Any],
+    result: Result,
     now: datetime,
     images: Sequence[ImageRef] = (),
 ) -> None:
@@ -217,15 +232,13 @@ def settle(
 
 
 def settle_claim(
-    claim: Claim, result: dict[str, Any], now: datetime, images: Sequence[ImageRef] = ()
+    claim: Claim, result: Result, now: datetime, images: Sequence[ImageRef] = ()
 ) -> bool:
     """Settle `claim` in its own transaction; False when it was fenced off.
 
     A fenced settle writes nothing; if the retrieval is past `valid_until` it is expired instead
     (too late is too late: past valid_until a retrieval is expired, not completed).
     """
-    from worker.store import db
-
     try:
         db.with_transient_retry(lambda s: settle(s, claim, result, now, images))
     except Fenced:
@@ -238,14 +251,17 @@ def cancel(session: Session, row: Retrieval, now: datetime) -> Retrieval | None:
     """Cancel `row` if it is still pending or running; the cancelled row, or None if settled."""
     cancelled = session.execute(
         sa.update(Retrieval)
-        .where(T.id == row.id, T.state.in_([s.value for s in sources_of(S.CANCELLED)]))
+        .where(
+            RETRIEVAL.c.id == row.id,
+            RETRIEVAL.c.state.in_([s.value for s in sources_of(S.CANCELLED)]),
+        )
         .values(
             state=S.CANCELLED.value,
             result=cancelled_result(row.kind, now),  # type: ignore[arg-type]
             settled_at=now,
             lease_until=None,
         )
-        .returning(*Retrieval.__table__.columns)  # type: ignore[attr-defined]
+        .returning(*RETRIEVAL.columns)
     ).one_or_none()
     return None if cancelled is None else Retrieval(**cancelled._mapping)
 
@@ -253,10 +269,11 @@ def cancel(session: Session, row: Retrieval, now: datetime) -> Retrieval | None:
 def expire_due(session: Session, now: datetime, retrieval_id: uuid.UUID | None = None) -> int:
     """Expire open retrievals whose `valid_until` has passed; return how many."""
     stmt = sa.update(Retrieval).where(
-        T.state.in_([s.value for s in sources_of(S.EXPIRED)]), T.valid_until <= now
+        RETRIEVAL.c.state.in_([s.value for s in sources_of(S.EXPIRED)]),
+        RETRIEVAL.c.valid_until <= now,
     )
     if retrieval_id is not None:
-        stmt = stmt.where(T.id == retrieval_id)
+        stmt = stmt.where(RETRIEVAL.c.id == retrieval_id)
     result = session.execute(stmt.values(state=S.EXPIRED.value, settled_at=now, lease_until=None))
     return rowcount(result)
 
@@ -267,15 +284,15 @@ def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int
     Returns (re-pended, unconfirmed). Re-pended rows get `published_at = NULL` so the same
     sweep publishes them again.
     """
-    lost = (T.state == S.RUNNING.value) & (T.lease_until < now)
+    lost = (RETRIEVAL.c.state == S.RUNNING.value) & (RETRIEVAL.c.lease_until < now)
     retried = session.execute(
         sa.update(Retrieval)
-        .where(lost, T.attempt < max_attempts)
+        .where(lost, RETRIEVAL.c.attempt < max_attempts)
         .values(state=S.PENDING.value, lease_until=None, published_at=None)
     )
     gave_up = session.execute(
         sa.update(Retrieval)
-        .where(lost, T.attempt >= max_attempts)
+        .where(lost, RETRIEVAL.c.attempt >= max_attempts)
         .values(state=S.UNCONFIRMED.value, settled_at=now, lease_until=None)
     )
     return rowcount(retried), rowcount(gave_up)
@@ -286,15 +303,17 @@ def due_for_publish(
 ) -> list[uuid.UUID]:
     """Pending retrievals never published, or published long enough ago to be presumed lost."""
     stmt = (
-        sa.select(T.id)
+        sa.select(RETRIEVAL.c.id)
         .where(
-            T.state == S.PENDING.value,
-            sa.or_(T.published_at.is_(None), T.published_at < now - republish_after),
+            RETRIEVAL.c.state == S.PENDING.value,
+            sa.or_(
+                RETRIEVAL.c.published_at.is_(None), RETRIEVAL.c.published_at < now - republish_after
+            ),
         )
-        .order_by(T.published_at.is_not(None), T.created_at)
+        .order_by(RETRIEVAL.c.published_at.is_not(None), RETRIEVAL.c.created_at)
         .limit(limit)
     )
-    if session.bind.dialect.name == "postgresql":  # type: ignore[union-attr]
+    if db.dialect(session) == db.POSTGRESQL:
         stmt = stmt.with_for_update(skip_locked=True)
     return list(session.execute(stmt).scalars())
 
@@ -304,7 +323,7 @@ def oldest_open_age(session: Session, now: datetime) -> dict[str, float | None]:
     ages: dict[str, float | None] = {}
     for state in (S.PENDING, S.RUNNING):
         oldest = session.execute(
-            sa.select(sa.func.min(T.created_at)).where(T.state == state.value)
+            sa.select(sa.func.min(RETRIEVAL.c.created_at)).where(RETRIEVAL.c.state == state.value)
         ).scalar_one_or_none()
         ages[state.value] = None if oldest is None else _age(now, oldest)
     return ages
@@ -322,6 +341,26 @@ def count_unpublished(session: Session, ids: list[uuid.UUID]) -> int:
         return 0
     return int(
         session.execute(
-            sa.select(sa.func.count()).where(T.id.in_(ids), T.published_at.is_(None))
+            sa.select(sa.func.count()).where(
+                RETRIEVAL.c.id.in_(ids), RETRIEVAL.c.published_at.is_(None)
+            )
         ).scalar_one()
     )
+
+
+def count_pending(session: Session) -> int:
+    """How many retrievals wait for a worker (one indexed count)."""
+    query = sa.select(sa.func.count()).where(RETRIEVAL.c.state == S.PENDING.value)
+    return int(session.execute(query).scalar_one())
+
+
+def count_by_outcome(session: Session) -> list[tuple[str, str, str | None, str | None, int]]:
+    """(kind, state, result status, result reason, rows) for every combination present."""
+    status_of = RETRIEVAL.c.result["status"].as_string()
+    reason_of = RETRIEVAL.c.result["reason"].as_string()
+    query = sa.select(RETRIEVAL.c.kind, RETRIEVAL.c.state, status_of, reason_of, sa.func.count())
+    query = query.group_by(RETRIEVAL.c.kind, RETRIEVAL.c.state, status_of, reason_of)
+    return [
+        (kind, state, status, reason, int(count))
+        for kind, state, status, reason, count in session.execute(query)
+    ]

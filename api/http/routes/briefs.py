@@ -12,7 +12,7 @@ from api.read_schemas import (
     BriefReviewRequest,
     BriefReviseRequest,
 )
-from api.services import read
+from api.services import briefs, read
 
 router = APIRouter(prefix="/research-api/briefs", tags=["briefs"])
 
@@ -26,22 +26,22 @@ def get(body: BriefGetRequest, principal: PrincipalDep, session: SessionDep) -> 
 @router.post("/create")
 def create(body: BriefCreateRequest, principal: PrincipalDep) -> dict[str, Any]:
     """Create a brief at revision 1."""
-    return read.create_brief(principal, body)
+    return briefs.create_brief(principal, body)
 
 
 @router.post("/revise")
 def revise(body: BriefReviseRequest, principal: PrincipalDep) -> dict[str, Any]:
     """Add a revision; 409 when expected_revision is stale."""
-    return read.revise_brief(principal, body)
+    return briefs.revise_brief(principal, body)
 
 
 @router.post("/review")
 def review(body: BriefReviewRequest, principal: PrincipalDep) -> dict[str, Any]:
     """Mark a revision as reviewed."""
-    return read.review_brief(principal, body)
+    return briefs.review_brief(principal, body)
 
 
 @router.post("/archive")
 def archive(body: BriefArchiveRequest, principal: PrincipalDep) -> dict[str, Any]:
     """Archive a brief."""
-    return read.archive_brief(principal, body)
+    return briefs.archive_brief(principal, body)

@@ -2,7 +2,6 @@
 
 from typing import Any
 
-import sqlalchemy as sa
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
@@ -25,7 +24,7 @@ def readyz() -> JSONResponse:
     checks: dict[str, Any] = {"database": False, "broker": outbox.broker_reachable()}
     try:
         with db.session_scope(readonly=True) as session:
-            session.execute(sa.text("SELECT 1"))
+            db.ping(session)
             checks["database"] = True
             checks["oldest_age_seconds"] = retrievals.oldest_open_age(session, clock.now())
     except Exception:  # noqa: BLE001  (any failure means "not ready", never a 500)

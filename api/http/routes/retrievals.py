@@ -1,13 +1,12 @@
 """Routes of the retrieval lifecycle."""
 
-from typing import Any
-
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from api.http.deps import PrincipalDep, read_only_session
 from api.schemas import RetrieveRequest, UuidParam
 from api.services import retrievals
+from api.services.payloads import RetrievalPayload
 
 router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
 
@@ -18,7 +17,7 @@ router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
 # async dependency, and the GET opens its own session, so no other thread hop is needed.
 
 
-def _answer(payload: dict[str, Any], status: int = 200) -> JSONResponse:
+def _answer(payload: RetrievalPayload, status: int = 200) -> JSONResponse:
     """The retrieval; while it is open, a `Retry-After` telling a poller when to ask again."""
     seconds = retrievals.retry_after(payload)
     headers = None if seconds is None else {"Retry-After": str(seconds)}
