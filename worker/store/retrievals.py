@@ -21,13 +21,23 @@ from worker.content.results import cancelled_result, has_content
 from worker.states import RetrievalState as S
 from worker.states import sources_of
 from worker.store import evidence
-from worker.store.models import Retrieval
+from worker.store.models import (
+    BATCH_PENDING_SQL,
+    LANE_BATCH,
+    LANE_INTERACTIVE,
+    OPEN_SQL,
+    BatchSchedule,
+    Retrieval,
+)
 
 if TYPE_CHECKING:
     from worker.content.images import ImageRef
 
 RETRIEVAL: sa.Table = Retrieval.__table__  # type: ignore[attr-defined]
 T = RETRIEVAL.c
+SCHEDULE: sa.Table = BatchSchedule.__table__  # type: ignore[attr-defined]
+#: Advisory lock class of a workspace's quota check (PostgreSQL's two-key form: class, id).
+QUOTA_LOCK_CLASS = 16_001
 
 # The worker's two statements per delivery, built once (bound parameters are prefixed `b_`:
 # SQLAlchemy reserves the column names for the SET clause).
@@ -97,7 +107,11 @@ def _insert(session: Session) -> Any:
 
 
 def create_retrieval(
-    session: Session, request: NewRetrieval, now: datetime, ttl: timedelta
+    session: Session,
+    request: NewRetrieval,
+    now: datetime,
+    ttl: timedelta,
+    lane: str = LANE_INTERACTIVE,
 ) -> tuple[Retrieval, bool]:
     """Record `request` once; return the row and whether this call created it.
 
@@ -109,46 +123,233 @@ def create_retrieval(
     """
     stmt = (
         _insert(session)(Retrieval.__table__)
-        .values(
-            id=uuid.uuid4(),
-            workspace_id=request.workspace_id,
-            mutation_id=request.mutation_id,
-            url=request.url,
-            kind=request.kind,
-            language=request.language_key,
-            state=S.PENDING.value,
-            attempt=0,
-            published_at=now,
-            created_at=now,
-            valid_until=now + ttl,
-        )
+        .values(_row_values(request, now, ttl, lane))
         .on_conflict_do_nothing(index_elements=["workspace_id", "mutation_id"])
         .returning(*Retrieval.__table__.columns)  # type: ignore[attr-defined]
     )
     inserted = session.execute(stmt).one_or_none()
     if inserted is not None:
+        if lane == LANE_BATCH:
+            note_batch_work(session, [request.workspace_id])
         return Retrieval(**inserted._mapping), True
     row = session.execute(
         sa.select(Retrieval).where(
             T.workspace_id == request.workspace_id, T.mutation_id == request.mutation_id
         )
     ).scalar_one()
+    check_same_request(row, request)
+    return row, False
+
+
+def _row_values(request: NewRetrieval, now: datetime, ttl: timedelta, lane: str) -> dict[str, Any]:
+    return {
+        "id": uuid.uuid4(),
+        "workspace_id": request.workspace_id,
+        "mutation_id": request.mutation_id,
+        "url": request.url,
+        "kind": request.kind,
+        "language": request.language_key,
+        "state": S.PENDING.value,
+        "lane": lane,
+        "attempt": 0,
+        "published_at": now,
+        "created_at": now,
+        "valid_until": now + ttl,
+    }
+
+
+def check_same_request(row: Retrieval, request: NewRetrieval) -> None:
+    """Raise `MutationConflict` unless `row` records exactly what `request` asks for."""
     if (row.url, row.kind, row.language) != (request.url, request.kind, request.language_key):
         raise MutationConflict(str(request.mutation_id))
-    return row, False
+
+
+# --- Quotas: the open-retrievals ceiling, decided in the creating transaction -------------
+
+
+#: Why a new retrieval was refused: its workspace's open ceiling, or its write rate.
+OVER_OPEN, OVER_RATE = "open", "rate"
+
+
+class OverQuota(Exception):
+    """A new retrieval the workspace's quotas do not allow now (`reason`: OVER_OPEN/OVER_RATE)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class OpenCount:
+    """A workspace's open (pending + running) retrievals, counted up to a cap."""
+
+    total: int
+    interactive: int
+
+
+def lock_workspace(session: Session, workspace_id: uuid.UUID) -> None:
+    """Serialise quota decisions of one workspace until the transaction ends.
+
+    PostgreSQL: a transaction-scoped advisory lock, so two concurrent requests cannot both see
+    room for their retrievals and together exceed the ceiling. SQLite needs none: a writing
+    transaction holds the database's one write lock from its start (`BEGIN IMMEDIATE`).
+    """
+    if session.bind.dialect.name == "postgresql":  # type: ignore[union-attr]
+        key = int.from_bytes(workspace_id.bytes[:4], "big", signed=True)
+        session.execute(sa.select(sa.func.pg_advisory_xact_lock(QUOTA_LOCK_CLASS, key)))
+
+
+def count_open(session: Session, workspace_id: uuid.UUID, cap: int) -> OpenCount:
+    """Open retrievals of the workspace, counting at most `cap` rows (enough to decide)."""
+    rows = (
+        sa.select(T.lane)
+        .where(T.workspace_id == workspace_id, sa.text(OPEN_SQL))
+        .limit(cap)
+        .subquery()
+    )
+    interactive = sa.func.coalesce(
+        sa.func.sum(sa.case((rows.c.lane == LANE_INTERACTIVE, 1), else_=0)), 0
+    )
+    total, inter = session.execute(sa.select(sa.func.count(), interactive)).one()
+    return OpenCount(int(total), int(inter))
+
+
+def find_existing(
+    session: Session, workspace_id: uuid.UUID, mutation_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Retrieval]:
+    """The workspace's retrievals for these mutation ids, by mutation id."""
+    if not mutation_ids:
+        return {}
+    query = sa.select(*RETRIEVAL.columns).where(
+        T.workspace_id == workspace_id, T.mutation_id.in_(list(mutation_ids))
+    )
+    return {row.mutation_id: Retrieval(**row._mapping) for row in session.execute(query)}
+
+
+def create_within_quota(
+    session: Session,
+    request: NewRetrieval,
+    now: datetime,
+    ttl: timedelta,
+    open_limit: int,
+    interactive_limit: int,
+    rate_ok: bool = True,
+) -> tuple[Retrieval, bool]:
+    """Record a single retrieval if its workspace's quotas allow; (row, created).
+
+    `rate_ok` says whether the write rate granted it (the caller asked Redis). A replay of a
+    known mutation_id is answered whatever the quotas say: it adds nothing (it is how a client
+    polls). A workspace with `interactive_limit` open interactive retrievals already is looping
+    over the single route: the new one joins the batch lane. Three statements for a new one
+    (lock, bounded count, insert); a refusal reads whether it was a replay first.
+    """
+    lock_workspace(session, request.workspace_id)
+    counts = count_open(session, request.workspace_id, max(open_limit, interactive_limit, 1))
+    refusal = None if rate_ok else OVER_RATE
+    if counts.total >= open_limit:
+        refusal = OVER_OPEN
+    if refusal is not None:
+        known = find_existing(session, request.workspace_id, [request.mutation_id])
+        row = known.get(request.mutation_id)
+        if row is None:
+            raise OverQuota(refusal)
+        check_same_request(row, request)
+        return row, False
+    lane = LANE_BATCH if counts.interactive >= interactive_limit else LANE_INTERACTIVE
+    return create_retrieval(session, request, now, ttl, lane)
+
+
+@dataclass
+class BatchOutcome:
+    """What one workspace's share of a batch came to, by mutation id."""
+
+    created: dict[uuid.UUID, Retrieval]
+    existing: dict[uuid.UUID, Retrieval]
+    #: New items the quotas refused, and why (OVER_OPEN or OVER_RATE).
+    refused: dict[uuid.UUID, str]
+
+
+def create_batch_within_quota(
+    session: Session,
+    workspace_id: uuid.UUID,
+    requests: Sequence[NewRetrieval],
+    now: datetime,
+    ttl: timedelta,
+    open_limit: int,
+    rate_room: int,
+) -> BatchOutcome:
+    """Record one workspace's batch items in the batch lane, as many as its quotas allow.
+
+    Few statements for the whole batch: the lock, one read of the known mutation ids, one
+    bounded count, one multi-row INSERT … ON CONFLICT DO NOTHING, one schedule upsert. Known
+    items are answered whatever the quotas (the caller compares their payloads: a conflict is
+    that item's 409); new ones get the room in order: at most `rate_room` (the tokens the write
+    rate granted) and what is left under the open ceiling, the rest are refused.
+    """
+    lock_workspace(session, workspace_id)
+    mutations = list(dict.fromkeys(r.mutation_id for r in requests))
+    existing = find_existing(session, workspace_id, mutations)
+    firsts: dict[uuid.UUID, NewRetrieval] = {}
+    for request in requests:
+        if request.mutation_id not in existing:
+            firsts.setdefault(request.mutation_id, request)
+    new = list(firsts.values())
+    open_room = 0
+    if new:
+        open_room = max(0, open_limit - count_open(session, workspace_id, max(open_limit, 1)).total)
+    accepted = new[: min(open_room, rate_room)]
+    refused = {
+        r.mutation_id: OVER_RATE if index >= rate_room else OVER_OPEN
+        for index, r in enumerate(new)
+        if index >= len(accepted)
+    }
+    created = _insert_many(session, accepted, now, ttl, LANE_BATCH)
+    raced = [r.mutation_id for r in accepted if r.mutation_id not in created]
+    existing |= find_existing(session, workspace_id, raced)
+    if created:
+        note_batch_work(session, [workspace_id])
+    return BatchOutcome(created, existing, refused)
+
+
+def _insert_many(
+    session: Session, requests: Sequence[NewRetrieval], now: datetime, ttl: timedelta, lane: str
+) -> dict[uuid.UUID, Retrieval]:
+    if not requests:
+        return {}
+    stmt = (
+        _insert(session)(RETRIEVAL)
+        .on_conflict_do_nothing(index_elements=["workspace_id", "mutation_id"])
+        .returning(*RETRIEVAL.columns)
+    )
+    # One microsecond apart, in the order given: the batch lane runs a workspace's retrievals
+    # oldest first, and the items of one batch in the order they came.
+    values = [
+        _row_values(request, now + timedelta(microseconds=n), ttl, lane)
+        for n, request in enumerate(requests)
+    ]
+    rows = session.execute(stmt, values).all()
+    return {row.mutation_id: Retrieval(**row._mapping) for row in rows}
+
+
+def note_batch_work(session: Session, workspace_ids: Sequence[uuid.UUID]) -> None:
+    """Make sure each workspace has a schedule row (never served yet: it comes first)."""
+    rows = [{"workspace_id": w, "served_at": None} for w in dict.fromkeys(workspace_ids)]
+    if rows:
+        session.execute(_insert(session)(SCHEDULE).on_conflict_do_nothing(), rows)
 
 
 def get_retrieval(session: Session, retrieval_id: uuid.UUID) -> Retrieval | None:
     return session.get(Retrieval, retrieval_id, populate_existing=True)
 
 
-def mark_unpublished(session: Session, retrieval_id: uuid.UUID) -> None:
-    """The broker did not take it: leave it to the sweep, which publishes NULLs first."""
-    session.execute(
-        sa.update(Retrieval)
-        .where(T.id == retrieval_id, T.state == S.PENDING.value)
-        .values(published_at=None)
-    )
+def mark_unpublished(session: Session, ids: Sequence[uuid.UUID]) -> None:
+    """The broker did not take them: leave them to the sweep, which publishes NULLs first."""
+    if ids:
+        session.execute(
+            sa.update(Retrieval)
+            .where(T.id.in_(list(ids)), T.state == S.PENDING.value)
+            .values(published_at=None)
+        )
 
 
 def mark_published(session: Session, ids: list[uuid.UUID], now: datetime) -> None:
@@ -174,6 +375,116 @@ def claim(
     return Claim(
         retrieval_id, row.attempt, row.url, row.kind, row.language or None, row.workspace_id
     )
+
+
+# --- The batch lane: round-robin across workspaces, oldest first within one ---------------
+
+
+def active_batch_workspaces(session: Session) -> list[uuid.UUID]:
+    """Workspaces with pending batch retrievals, least recently served first.
+
+    A loose index scan of `ix_retrieval_batch_pending` (one probe per workspace, however many
+    rows each has queued), then their schedule rows; never served comes first.
+    """
+    # `(SELECT workspace_id … ORDER BY workspace_id LIMIT 1)` rather than min(): PostgreSQL has
+    # no min(uuid), and both databases answer this from the index alone.
+    first = (
+        sa.select(T.workspace_id)
+        .where(sa.text(BATCH_PENDING_SQL))
+        .order_by(T.workspace_id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    active = sa.select(first.label("workspace_id")).cte("active", recursive=True)
+    inner = RETRIEVAL.alias("r")
+    following = (
+        sa.select(inner.c.workspace_id)
+        .where(
+            sa.text("r.lane = 'batch' AND r.state = 'pending'"),
+            inner.c.workspace_id > active.c.workspace_id,
+        )
+        .order_by(inner.c.workspace_id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    active = active.union_all(sa.select(following).where(active.c.workspace_id.is_not(None)))
+    S_ = SCHEDULE.c
+    query = (
+        sa.select(active.c.workspace_id)
+        .select_from(active.outerjoin(SCHEDULE, S_.workspace_id == active.c.workspace_id))
+        .where(active.c.workspace_id.is_not(None))
+        .order_by(sa.nulls_first(S_.served_at.asc()), active.c.workspace_id)
+    )
+    return list(session.execute(query).scalars())
+
+
+def _lock_schedule(session: Session, workspace_ids: list[uuid.UUID]) -> uuid.UUID | None:
+    """PostgreSQL: lock the least recently served schedule row no other claimer holds.
+
+    Concurrent claims then spread over workspaces instead of all serving the same one.
+    """
+    S_ = SCHEDULE.c
+    query = (
+        sa.select(S_.workspace_id)
+        .where(S_.workspace_id.in_(workspace_ids))
+        .order_by(sa.nulls_first(S_.served_at.asc()), S_.workspace_id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+    return session.execute(query).scalar_one_or_none()
+
+
+def _claim_oldest_of(
+    session: Session, workspace_id: uuid.UUID, now: datetime, lease: timedelta
+) -> Any:
+    """Claim the workspace's oldest pending batch retrieval nobody else is claiming."""
+    oldest = (
+        sa.select(T.id)
+        .where(
+            T.workspace_id == workspace_id,
+            sa.text(BATCH_PENDING_SQL),
+            T.valid_until > now,
+        )
+        .order_by(T.created_at)
+        .limit(1)
+    )
+    if session.bind.dialect.name == "postgresql":  # type: ignore[union-attr]
+        oldest = oldest.with_for_update(skip_locked=True)
+    stmt = (
+        sa.update(RETRIEVAL)
+        .where(T.id == oldest.scalar_subquery(), T.state == S.PENDING.value)
+        .values(state=S.RUNNING.value, attempt=T.attempt + 1, lease_until=now + lease)
+        .returning(T.id, T.attempt, T.url, T.kind, T.language, T.workspace_id)
+    )
+    return session.execute(stmt).one_or_none()
+
+
+def claim_next_batch(session: Session, now: datetime, lease: timedelta) -> Claim | None:
+    """Claim the next batch retrieval: the oldest one of the least recently served workspace.
+
+    Each batch message asks for "the next one", so every workspace with queued batch work gets
+    every n-th claim (round-robin) however long its own queue is. Fenced like `claim`: the row
+    moves pending → running with attempt + 1 in one guarded statement. PostgreSQL takes rows
+    with `FOR UPDATE SKIP LOCKED` (concurrent claimers never wait for or take the same row);
+    SQLite runs writers one at a time (`BEGIN IMMEDIATE`), which needs no skipping. None when
+    the batch lane is empty (the message was a spare one: duplicates are harmless).
+    """
+    order = active_batch_workspaces(session)
+    if not order:
+        return None
+    if session.bind.dialect.name == "postgresql":  # type: ignore[union-attr]
+        locked = _lock_schedule(session, order)
+        if locked is not None:
+            order = [locked, *(w for w in order if w != locked)]
+    for workspace_id in order:
+        row = _claim_oldest_of(session, workspace_id, now, lease)
+        if row is None:
+            continue
+        session.execute(
+            sa.update(SCHEDULE).where(SCHEDULE.c.workspace_id == workspace_id).values(served_at=now)
+        )
+        return Claim(row.id, row.attempt, row.url, row.kind, row.language or None, workspace_id)
+    return None
 
 
 class Fenced(Exception):
@@ -249,22 +560,24 @@ def cancel(session: Session, row: Retrieval, now: datetime) -> Retrieval | None:
     return None if cancelled is None else Retrieval(**cancelled._mapping)
 
 
-def expire_due(session: Session, now: datetime, retrieval_id: uuid.UUID | None = None) -> int:
-    """Expire open retrievals whose `valid_until` has passed; return how many."""
+def expire_due(
+    session: Session, now: datetime, retrieval_id: uuid.UUID | None = None
+) -> list[uuid.UUID]:
+    """Expire open retrievals whose `valid_until` has passed; return their ids."""
     stmt = sa.update(Retrieval).where(
         T.state.in_([s.value for s in sources_of(S.EXPIRED)]), T.valid_until <= now
     )
     if retrieval_id is not None:
         stmt = stmt.where(T.id == retrieval_id)
-    result = session.execute(stmt.values(state=S.EXPIRED.value, settled_at=now, lease_until=None))
-    return int(result.rowcount)
+    values = stmt.values(state=S.EXPIRED.value, settled_at=now, lease_until=None)
+    return list(session.execute(values.returning(T.id)).scalars())
 
 
-def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int, int]:
+def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int, list[uuid.UUID]]:
     """Leases that ran out: back to pending while attempts remain, else unconfirmed.
 
-    Returns (re-pended, unconfirmed). Re-pended rows get `published_at = NULL` so the same
-    sweep publishes them again.
+    Returns (how many were re-pended, the ids that became unconfirmed). Re-pended rows get
+    `published_at = NULL` so the same sweep publishes them again, in their own lane.
     """
     lost = (T.state == S.RUNNING.value) & (T.lease_until < now)
     retried = session.execute(
@@ -276,16 +589,20 @@ def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int
         sa.update(Retrieval)
         .where(lost, T.attempt >= max_attempts)
         .values(state=S.UNCONFIRMED.value, settled_at=now, lease_until=None)
-    ).rowcount
-    return int(retried), int(gave_up)
+        .returning(T.id)
+    ).scalars()
+    return int(retried), list(gave_up)
 
 
 def due_for_publish(
     session: Session, now: datetime, republish_after: timedelta, limit: int
-) -> list[uuid.UUID]:
-    """Pending retrievals never published, or published long enough ago to be presumed lost."""
+) -> list[tuple[uuid.UUID, str]]:
+    """Pending retrievals never published, or published long enough ago to be presumed lost.
+
+    (id, lane) pairs: the sweep publishes each to its own lane's queue.
+    """
     stmt = (
-        sa.select(T.id)
+        sa.select(T.id, T.lane)
         .where(
             T.state == S.PENDING.value,
             sa.or_(T.published_at.is_(None), T.published_at < now - republish_after),
@@ -295,7 +612,7 @@ def due_for_publish(
     )
     if session.bind.dialect.name == "postgresql":  # type: ignore[union-attr]
         stmt = stmt.with_for_update(skip_locked=True)
-    return list(session.execute(stmt).scalars())
+    return [(row.id, row.lane) for row in session.execute(stmt)]
 
 
 def oldest_open_age(session: Session, now: datetime) -> dict[str, float | None]:
