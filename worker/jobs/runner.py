@@ -13,6 +13,7 @@ from worker import clock
 from worker.content.results import failure_result
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
+from worker.jobs import notify
 from worker.reasons import Reason
 from worker.settings import get_settings
 from worker.store import db, retrievals
@@ -52,18 +53,39 @@ def produce_output(claim: retrievals.Claim) -> PipelineOutput:
 
 
 def run_retrieval(retrieval_id: uuid.UUID) -> str:
-    """Process one delivery of a retrieval; return what happened (for logs and tests)."""
+    """Process one delivery of an interactive retrieval; what happened (for logs and tests)."""
     settings = get_settings()
     lease = timedelta(seconds=settings.lease_seconds)
     claim = db.with_transient_retry(lambda s: retrievals.claim(s, retrieval_id, clock.now(), lease))
     if claim is None:
         log.info("claim_skipped")
+        # The claim may have expired a row past valid_until: announce it (were it still running
+        # elsewhere, its waiters would only read it once more).
+        notify.settled([retrieval_id])
         return "skipped"
+    return run_claim(claim)
+
+
+def run_next_batch() -> str:
+    """Process one batch-lane message: claim the next batch retrieval fairly, run it."""
+    lease = timedelta(seconds=get_settings().lease_seconds)
+    claim = db.with_transient_retry(lambda s: retrievals.claim_next_batch(s, clock.now(), lease))
+    if claim is None:
+        log.info("claim_skipped", lane="batch")
+        return "skipped"
+    structlog.contextvars.bind_contextvars(retrieval_id=str(claim.retrieval_id))
+    return run_claim(claim)
+
+
+def run_claim(claim: retrievals.Claim) -> str:
+    """Fetch, extract and settle a claimed retrieval; announce it once settled."""
     structlog.contextvars.bind_contextvars(workspace_id=str(claim.workspace_id))
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
     output = produce_output(claim)
     result = output.result
     settled = retrievals.settle_claim(claim, result, clock.now(), output.images)
+    # A fenced settle may have expired it; a cancel or a newer attempt announce themselves.
+    notify.settled([claim.retrieval_id])
     log.info(
         "settled" if settled else "settle_fenced",
         attempt=claim.attempt,
