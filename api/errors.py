@@ -31,10 +31,13 @@ class ApiError(Exception):
         message: str,
         field: str | None = None,
         details: dict[str, Any] | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.field, self.details = field, details
+        #: Seconds for the `Retry-After` header (429), when the error has one.
+        self.retry_after = retry_after
 
 
 def invalid_input(message: str, field: str | None = None, status: int = 400) -> ApiError:
@@ -62,11 +65,13 @@ def envelope(
 
 
 def error_response(error: ApiError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else {}
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
     return JSONResponse(
         envelope(error.code, error.message, error.field, error.details),
         status_code=error.status,
-        headers=headers,
+        headers=headers or None,
     )
 
 

@@ -14,16 +14,18 @@ from typing import Any
 
 import sqlalchemy as sa
 import structlog
+from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from api.auth import Principal, authenticate
-from api.errors import ApiError, invalid_input, not_found
+from api.errors import ApiError, envelope, invalid_input, not_entitled, not_found, validation_error
 from api.http.metrics import RETRIEVALS_CREATED
 from api.schemas import RetrieveRequest
+from api.services import quotas
 from api.services.payloads import evidence_payload, retrieval_payload
 from worker import clock
-from worker.jobs import outbox
+from worker.jobs import notify, outbox
 from worker.settings import get_settings
 from worker.states import RetrievalState as S
 from worker.store import db, retrievals
@@ -49,37 +51,188 @@ BACKLOG_CACHE_SECONDS = 1.0
 WARM_CONNECTIONS = 10
 
 
-def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[dict[str, Any], bool]:
-    """Record the retrieval (or find it), publish it if new; return (payload, created)."""
-    principal.require(request.workspace)
-    ttl = timedelta(seconds=get_settings().receipt_ttl_seconds)
-    new = retrievals.NewRetrieval(
+def _new(request: RetrieveRequest) -> retrievals.NewRetrieval:
+    return retrievals.NewRetrieval(
         workspace_id=request.workspace,
         mutation_id=request.mutation,
         url=request.url,
         kind=request.kind,
         language=request.language,
     )
+
+
+def _conflict() -> ApiError:
+    return invalid_input(
+        "this mutation_id was already used with a different url, kind or language",
+        field="mutation_id",
+        status=409,
+    )
+
+
+def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[dict[str, Any], bool]:
+    """Record a single retrieval (or find it), publish it if new; return (payload, created).
+
+    A retrieval submitted alone goes to the interactive lane, unless its workspace already has
+    `interactive_open_limit` open ones there (then it joins the batch lane). Quotas: one token
+    of the workspace's write rate, and room under its open ceiling (a replay needs none).
+    """
+    principal.require(request.workspace)
+    settings = get_settings()
+    limits = quotas.limits_for(request.workspace)
+    grant = quotas.limiter.take(request.workspace, 1, limits)
+    ttl = timedelta(seconds=settings.receipt_ttl_seconds)
+    new = _new(request)
     try:
         row, created = db.with_transient_retry(
-            lambda s: retrievals.create_retrieval(s, new, clock.now(), ttl)
+            lambda s: retrievals.create_within_quota(
+                s,
+                new,
+                clock.now(),
+                ttl,
+                limits.open_retrievals,
+                settings.interactive_open_limit,
+                rate_ok=grant.granted == 1,
+            )
         )
     except retrievals.MutationConflict:
-        raise invalid_input(
-            "this mutation_id was already used with a different url, kind or language",
-            field="mutation_id",
-            status=409,
-        ) from None
+        quotas.limiter.refund(request.workspace, grant.granted, limits)
+        raise _conflict() from None
+    except retrievals.OverQuota as over:
+        quotas.limiter.refund(request.workspace, grant.granted, limits)
+        raise _refusal(over.reason, limits, grant) from None
+    except SQLAlchemyError:  # nothing was recorded (a 503): give the token back
+        quotas.limiter.refund(request.workspace, grant.granted, limits)
+        raise
     if created:
+        _announce_created([row])
+        if not outbox.publish([row.id], row.lane):
+            db.with_transient_retry(lambda s: retrievals.mark_unpublished(s, [row.id]))
+            row.published_at = None
+    else:
+        quotas.limiter.refund(request.workspace, grant.granted, limits)
+    return retrieval_payload(row), created
+
+
+def _refusal(reason: str, limits: quotas.Limits, grant: quotas.Grant) -> ApiError:
+    if reason == retrievals.OVER_RATE:
+        return quotas.over_rate(limits, grant.retry_after or 1)
+    return quotas.over_ceiling(limits)
+
+
+def _announce_created(rows: list[Retrieval]) -> None:
+    for row in rows:
         RETRIEVALS_CREATED.labels(row.kind).inc()
         backlog.created()
-        ids = {"retrieval_id": str(row.id), "workspace_id": str(row.workspace_id)}
+    if len(rows) == 1:
+        ids = {"retrieval_id": str(rows[0].id), "workspace_id": str(rows[0].workspace_id)}
         with structlog.contextvars.bound_contextvars(**ids):
-            log.info("retrieval_created", kind=row.kind)
-            if not outbox.publish([row.id]):
-                db.with_transient_retry(lambda s: retrievals.mark_unpublished(s, row.id))
-                row.published_at = None
-    return retrieval_payload(row), created
+            log.info("retrieval_created", kind=rows[0].kind, lane=rows[0].lane)
+    elif rows:
+        log.info("retrievals_created", count=len(rows), workspace_id=str(rows[0].workspace_id))
+
+
+def _item_error(error: ApiError) -> dict[str, Any]:
+    body = envelope(error.code, error.message, error.field, error.details)
+    return {"status": error.status, **body}
+
+
+def parse_item(item: Any) -> RetrieveRequest | ApiError:
+    """One batch item checked exactly as the single route checks its body."""
+    if not isinstance(item, dict):
+        return invalid_input("each item must be a JSON object (a retrieve body)")
+    try:
+        return RetrieveRequest.model_validate(item)
+    except ValidationError as exc:
+        return validation_error(exc.errors())
+
+
+def submit_batch(principal: Principal, items: list[Any]) -> list[dict[str, Any]]:
+    """Record a batch of retrievals in the batch lane; one result per item, in order.
+
+    Each item is answered as the single route would answer it alone (202 created, 200 already
+    known, 400 invalid, 403 not entitled to its workspace, 409 conflicting replay, 429 over the
+    workspace's rate or open ceiling), and one item's failure never touches another. The
+    database work is one transaction for the whole batch (a few statements per workspace), the
+    publish one Redis pipeline.
+    """
+    principal.require(None)
+    settings = get_settings()
+    ttl = timedelta(seconds=settings.receipt_ttl_seconds)
+    results: list[dict[str, Any] | None] = [None] * len(items)
+    wanted: dict[uuid.UUID, list[tuple[int, RetrieveRequest]]] = {}
+    for index, item in enumerate(items):
+        parsed = parse_item(item)
+        if isinstance(parsed, ApiError):
+            results[index] = _item_error(parsed)
+        elif not principal.can_read(parsed.workspace):
+            results[index] = _item_error(not_entitled("this key has no access to that workspace"))
+        else:
+            wanted.setdefault(parsed.workspace, []).append((index, parsed))
+    grants: dict[uuid.UUID, tuple[quotas.Limits, quotas.Grant]] = {}
+    for workspace_id, entries in wanted.items():
+        limits = quotas.limits_for(workspace_id)
+        grants[workspace_id] = (limits, quotas.limiter.take(workspace_id, len(entries), limits))
+
+    def record(session: Session) -> dict[uuid.UUID, retrievals.BatchOutcome]:
+        now = clock.now()
+        return {
+            workspace_id: retrievals.create_batch_within_quota(
+                session,
+                workspace_id,
+                [_new(request) for _, request in wanted[workspace_id]],
+                now,
+                ttl,
+                limits.open_retrievals,
+                grant.granted,
+            )
+            for workspace_id, (limits, grant) in sorted(grants.items())  # one lock order
+        }
+
+    try:
+        outcomes = db.with_transient_retry(record) if grants else {}
+    except SQLAlchemyError:  # nothing was recorded (a 503): give the tokens back
+        for workspace_id, (limits, grant) in grants.items():
+            quotas.limiter.refund(workspace_id, grant.granted, limits)
+        raise
+    created: list[Retrieval] = []
+    for workspace_id, (limits, grant) in grants.items():
+        outcome = outcomes[workspace_id]
+        answered: set[uuid.UUID] = set()
+        for index, request in wanted[workspace_id]:
+            results[index] = _batch_result(outcome, request, answered, limits, grant)
+        created += outcome.created.values()
+        quotas.limiter.refund(workspace_id, grant.granted - len(outcome.created), limits)
+    if created:
+        _announce_created(created)
+        sent = set(outbox.publish([row.id for row in created], "batch"))
+        unsent = [row.id for row in created if row.id not in sent]
+        if unsent:  # the broker did not take them: the sweep publishes them later
+            db.with_transient_retry(lambda s: retrievals.mark_unpublished(s, unsent))
+    return [result for result in results if result is not None]
+
+
+def _batch_result(
+    outcome: retrievals.BatchOutcome,
+    request: RetrieveRequest,
+    answered: set[uuid.UUID],
+    limits: quotas.Limits,
+    grant: quotas.Grant,
+) -> dict[str, Any]:
+    """One item's result from its workspace's outcome."""
+    mutation = request.mutation
+    if mutation in outcome.refused:
+        return _item_error(_refusal(outcome.refused[mutation], limits, grant))
+    row = outcome.created.get(mutation)
+    status = 202
+    if row is None or mutation in answered:
+        status = 200
+        row = row or outcome.existing[mutation]
+        try:
+            retrievals.check_same_request(row, _new(request))
+        except retrievals.MutationConflict:
+            return _item_error(_conflict())
+    answered.add(mutation)
+    return {"status": status, **retrieval_payload(row)}
 
 
 #: One retrieval by id as a plain row: its payload needs the columns only, and the ORM's
@@ -98,6 +251,20 @@ def read_retrieval(
     return retrieval_payload(row)  # type: ignore[arg-type]  # a row has the model's attributes
 
 
+def read_retrievals(
+    session: Session, principal: Principal, retrieval_ids: list[uuid.UUID]
+) -> list[dict[str, Any] | None]:
+    """The retrievals in the order asked; None for unknown ids and other workspaces' alike."""
+    principal.require(None)
+    rows = session.execute(sa.select(*T).where(T.id.in_(set(retrieval_ids))))
+    readable = {
+        row.id: retrieval_payload(row)["retrieval"]  # type: ignore[arg-type]
+        for row in rows
+        if principal.can_read(row.workspace_id)
+    }
+    return [readable.get(retrieval_id) for retrieval_id in retrieval_ids]
+
+
 def cancel_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> dict[str, Any]:
     """Cancel a pending or running retrieval; a settled one is returned unchanged."""
     principal.require(None)
@@ -111,7 +278,9 @@ def cancel_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> dict[str,
             cancelled = retrievals.get_retrieval(session, retrieval_id)
         return retrieval_payload(cancelled)  # type: ignore[arg-type]
 
-    return db.with_transient_retry(_cancel)
+    payload = db.with_transient_retry(_cancel)
+    notify.settled([retrieval_id])
+    return payload
 
 
 def read_evidence(
