@@ -12,6 +12,7 @@ from api.http import metrics
 from api.http.middleware import RequestMetrics
 from api.http.routes import briefs, chunks, evidence, health, images, retrievals
 from api.services import retrievals as retrieval_service
+from api.services import waiters
 
 #: Longest the API waits at start for its warm-up before taking requests anyway.
 WARM_UP_SECONDS = 10
@@ -26,7 +27,7 @@ API_THREADS = 8
 
 @asynccontextmanager
 async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-    """Size the thread pool; warm the database pool and the broker connection."""
+    """Size the thread pool; warm the pools; listen for settle notifications."""
     anyio.to_thread.current_default_thread_limiter().total_tokens = API_THREADS
     with anyio.move_on_after(WARM_UP_SECONDS):
         await anyio.to_thread.run_sync(retrieval_service.warm_up, abandon_on_cancel=True)
@@ -36,7 +37,9 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     # every request of the process waited behind it, 100-230 ms, in the first seconds of load.
     gc.collect()
     gc.freeze()
+    waiters.hub()  # subscribe to settle notifications now, not on the first long-poll
     yield
+    await waiters.close_hub()
 
 
 def create_app() -> FastAPI:

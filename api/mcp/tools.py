@@ -25,7 +25,7 @@ from pydantic import ValidationError as ModelValidationError
 from api.auth import Principal
 from api.errors import ApiError, invalid_input, validation_error
 from api.schemas import RetrieveRequest, Url, UuidText
-from api.services import retrievals
+from api.services import retrievals, waiters
 from worker import contract
 from worker.settings import get_settings
 from worker.states import OPEN_STATES
@@ -144,22 +144,29 @@ def _read_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> dict[str, 
 
 
 async def _settle(principal: Principal, payload: dict[str, Any]) -> dict[str, Any]:
-    """Re-read the retrieval until it settles or the configured wait runs out."""
-    settings = get_settings()
-    deadline = anyio.current_time() + settings.mcp_wait_seconds
+    """Wait up to the configured time for the retrieval to settle; answer it as it stands.
+
+    Woken by the settle notification (`api.services.waiters`), like `GET …/retrievals/{id}`
+    with `Prefer: wait=N`: no re-reading on a timer, no thread held while waiting.
+    """
+    if payload["retrieval"]["state"] not in OPEN_STATES:
+        return payload
     retrieval_id = uuid.UUID(payload["retrieval"]["id"])
-    while payload["retrieval"]["state"] in OPEN_STATES:
-        remaining = deadline - anyio.current_time()
-        if remaining <= 0:
-            break
-        await anyio.sleep(min(settings.mcp_poll_seconds, remaining))
+
+    def read() -> dict[str, Any]:
         try:
-            payload = await anyio.to_thread.run_sync(_read_retrieval, principal, retrieval_id)
+            return _read_retrieval(principal, retrieval_id)
         except ApiError as exc:
             if exc.code != "not_found":
                 raise
-            break  # cannot happen for a retrieval this key just recorded; answer what we have
-    return payload
+            return payload  # cannot happen for a retrieval this key just recorded
+
+    return await waiters.wait_until(
+        read,
+        [str(retrieval_id)],
+        lambda answer: answer["retrieval"]["state"] not in OPEN_STATES,
+        get_settings().mcp_wait_seconds,
+    )
 
 
 @tool(
