@@ -124,7 +124,8 @@ class TestResume:
         # Addresses outside the egress allowance settle at once as unsafe_url, without a fetch.
         urls = [f"https://127.0.0.2:{site.port}/resume/{n}" for n in range(150)]
         path = tmp_file(tmp_path, "big.txt", urls)
-        args = command(live_api, workspace, path, "--concurrency", "2")
+        # Small chunks, so the run is interrupted part-way through the file.
+        args = command(live_api, workspace, path, "--concurrency", "2", "--chunk-size", "5")
         env = {**os.environ, "EVIDENCE_API_KEY": key}
         first = subprocess.Popen(
             args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
