@@ -160,3 +160,38 @@ class Api:
             if time.monotonic() > deadline:
                 raise AssertionError(f"still {retrieval['state']} after {timeout} s: {retrieval}")
             time.sleep(0.1)
+
+
+def parked(workspace: uuid.UUID, count: int = 1, url: str = "https://example.org/") -> list[str]:
+    """Pending retrievals no worker will run while a test looks at them.
+
+    Recorded as the API records them, then marked published far in the future, so the sweep
+    does not publish them either; they stay pending until a test settles or cancels them.
+    """
+    from datetime import timedelta
+
+    import sqlalchemy as sa
+
+    from worker import clock
+    from worker.store import db, retrievals
+    from worker.store.models import Retrieval
+
+    def record(session: Any) -> list[uuid.UUID]:
+        now = clock.now()
+        rows = [
+            retrievals.create_retrieval(
+                session,
+                retrievals.NewRetrieval(workspace, uuid.uuid4(), url, "url_text", None),
+                now,
+                timedelta(hours=1),
+            )[0]
+            for _ in range(count)
+        ]
+        ids = [row.id for row in rows]
+        T = Retrieval.__table__.c  # type: ignore[attr-defined]
+        session.execute(
+            sa.update(Retrieval).where(T.id.in_(ids)).values(published_at=now + timedelta(days=1))
+        )
+        return ids
+
+    return [str(i) for i in db.with_transient_retry(record)]

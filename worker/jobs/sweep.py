@@ -65,6 +65,22 @@ def run_sweep(now: datetime | None = None) -> SweepReport:
     return report
 
 
+def plan_publish(
+    due: list[tuple[uuid.UUID, str]], never_published: set[uuid.UUID], queued: dict[str, int]
+) -> dict[str, list[uuid.UUID]]:
+    """Which due rows to publish, by lane: every never-published one, and the stale ones
+    beyond what that lane's queue still holds (see `publish_limit`), oldest first."""
+    plan: dict[str, list[uuid.UUID]] = {}
+    for lane in LANES:
+        ids = [retrieval_id for retrieval_id, row_lane in due if row_lane == lane]
+        fresh = [i for i in ids if i in never_published]
+        stale = [i for i in ids if i not in never_published]
+        chosen = fresh + stale[: publish_limit(len(stale), queued.get(LANE_QUEUES[lane], 0))]
+        if chosen:
+            plan[lane] = chosen
+    return plan
+
+
 def _publish_due(now: datetime, republish_after: timedelta) -> int:
     with db.session_scope() as session:
         due = retrievals.due_for_publish(session, now, republish_after, PUBLISH_BATCH)
@@ -73,15 +89,9 @@ def _publish_due(now: datetime, republish_after: timedelta) -> int:
         queued = outbox.queue_lengths([LANE_QUEUES[lane] for lane in LANES])
         if queued is None:
             return 0  # the broker is down: try again next sweep
+        never = retrievals.unpublished_among(session, [retrieval_id for retrieval_id, _ in due])
         sent: list[uuid.UUID] = []
-        for lane in LANES:
-            ids = [retrieval_id for retrieval_id, row_lane in due if row_lane == lane]
-            if not ids:
-                continue
-            never_published = retrievals.count_unpublished(session, ids)
-            limit = never_published + publish_limit(
-                len(ids) - never_published, queued[LANE_QUEUES[lane]]
-            )
-            sent += outbox.publish(ids[:limit], lane)
+        for lane, ids in plan_publish(due, never, queued).items():
+            sent += outbox.publish(ids, lane)
         retrievals.mark_published(session, sent, clock.now())
         return len(sent)

@@ -632,12 +632,9 @@ def _age(now: datetime, then: datetime) -> float:
     return max(0.0, (now - as_utc(then)).total_seconds())
 
 
-def count_unpublished(session: Session, ids: list[uuid.UUID]) -> int:
-    """How many of `ids` were never handed to the broker."""
+def unpublished_among(session: Session, ids: list[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of `ids` were never handed to the broker."""
     if not ids:
-        return 0
-    return int(
-        session.execute(
-            sa.select(sa.func.count()).where(T.id.in_(ids), T.published_at.is_(None))
-        ).scalar_one()
-    )
+        return set()
+    query = sa.select(T.id).where(T.id.in_(ids), T.published_at.is_(None))
+    return set(session.execute(query).scalars())
