@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tests.support.factories import Api, body, check_envelope, make_key
+from tests.support.factories import Api, body, cancel_open, check_envelope, make_key
 from tests.support.pages import article
 from tests.support.tls_site import TLSSite
 
@@ -52,25 +52,6 @@ def count_rows(workspace: uuid.UUID) -> int:
     with db.session_scope(readonly=True) as session:
         query = sa.select(sa.func.count()).where(T.workspace_id == workspace)
         return int(session.execute(query).scalar_one())
-
-
-def cancel_open(workspace: uuid.UUID) -> None:
-    import sqlalchemy as sa
-
-    from worker import clock
-    from worker.store import db, retrievals
-    from worker.store.models import Retrieval
-
-    T = Retrieval.__table__.c  # type: ignore[attr-defined]
-
-    def cancel_all(session: object) -> None:
-        query = sa.select(Retrieval).where(
-            T.workspace_id == workspace, T.state.in_(["pending", "running"])
-        )
-        for row in session.execute(query).scalars().all():  # type: ignore[attr-defined]
-            retrievals.cancel(session, row, clock.now())  # type: ignore[arg-type]
-
-    db.with_transient_retry(cancel_all)
 
 
 def lanes_of(ids: list[str]) -> set[str]:

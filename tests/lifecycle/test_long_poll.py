@@ -19,7 +19,7 @@ import pytest
 
 from api.services.waiters import parse_prefer_wait
 from tests.conftest import Env
-from tests.support.factories import Api, body, make_key, parked
+from tests.support.factories import Api, body, cancel_open, make_key, parked
 from tests.support.pages import article
 from tests.support.services import Process, free_port, wait_for
 from tests.support.tls_site import TLSSite
@@ -179,7 +179,10 @@ class TestNoThreadHeld:
         key = make_key([workspace])
         headers = {"Authorization": f"Bearer {key}"}
         ids = parked(workspace, 50)
-        results = asyncio.run(self._run(own_api, headers, ids, page, workspace))
+        try:
+            results = asyncio.run(self._run(own_api, headers, ids, page, workspace))
+        finally:
+            cancel_open(workspace)
         usual, loaded, waits = results
         assert max(loaded) < 1.0, (usual, loaded)
         assert statistics.median(loaded) < max(0.2, 5 * statistics.median(usual)), (usual, loaded)

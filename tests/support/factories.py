@@ -195,3 +195,23 @@ def parked(workspace: uuid.UUID, count: int = 1, url: str = "https://example.org
         return ids
 
     return [str(i) for i in db.with_transient_retry(record)]
+
+
+def cancel_open(workspace: uuid.UUID) -> None:
+    """Cancel whatever a test left open in `workspace` (so it burdens no later test)."""
+    import sqlalchemy as sa
+
+    from worker import clock
+    from worker.store import db, retrievals
+    from worker.store.models import Retrieval
+
+    T = Retrieval.__table__.c  # type: ignore[attr-defined]
+
+    def cancel_all(session: Any) -> None:
+        query = sa.select(Retrieval).where(
+            T.workspace_id == workspace, T.state.in_(["pending", "running"])
+        )
+        for row in session.execute(query).scalars().all():
+            retrievals.cancel(session, row, clock.now())
+
+    db.with_transient_retry(cancel_all)

@@ -622,11 +622,11 @@ def oldest_open_age(session: Session, now: datetime) -> dict[str, float | None]:
         oldest = session.execute(
             sa.select(sa.func.min(T.created_at)).where(T.state == state.value)
         ).scalar_one_or_none()
-        ages[state.value] = None if oldest is None else _age(now, oldest)
+        ages[state.value] = None if oldest is None else age_seconds(now, oldest)
     return ages
 
 
-def _age(now: datetime, then: datetime) -> float:
+def age_seconds(now: datetime, then: datetime) -> float:
     from worker.clock import as_utc
 
     return max(0.0, (now - as_utc(then)).total_seconds())
