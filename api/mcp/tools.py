@@ -181,7 +181,5 @@ async def _settle(principal: Principal, payload: dict[str, Any]) -> dict[str, An
 )
 async def evidence_retrieve(principal: Principal, request: RetrieveRequest) -> dict[str, Any]:
     """Record the retrieval as `POST /research-api/evidence/retrieve` does; wait a bounded time."""
-    payload, _created = await anyio.to_thread.run_sync(
-        retrievals.submit_retrieval, principal, request
-    )
-    return await _settle(principal, payload)
+    submitted = await anyio.to_thread.run_sync(retrievals.submit_retrieval, principal, request)
+    return await _settle(principal, submitted.payload)

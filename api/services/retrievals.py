@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 import structlog
@@ -30,7 +30,7 @@ from worker.settings import get_settings
 from worker.states import RetrievalState as S
 from worker.store import db, retrievals
 from worker.store import evidence as evidence_store
-from worker.store.models import Retrieval
+from worker.store.models import LANE_INTERACTIVE, Retrieval
 
 log = structlog.get_logger(__name__)
 T = Retrieval.__table__.c  # type: ignore[attr-defined]
@@ -69,7 +69,15 @@ def _conflict() -> ApiError:
     )
 
 
-def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[dict[str, Any], bool]:
+class Submitted(NamedTuple):
+    """A single submission's answer: the payload, whether it was created, and its lane."""
+
+    payload: dict[str, Any]
+    created: bool
+    lane: str
+
+
+def submit_retrieval(principal: Principal, request: RetrieveRequest) -> Submitted:
     """Record a single retrieval (or find it), publish it if new; return (payload, created).
 
     A retrieval submitted alone goes to the interactive lane, unless its workspace already has
@@ -110,7 +118,7 @@ def submit_retrieval(principal: Principal, request: RetrieveRequest) -> tuple[di
             row.published_at = None
     else:
         quotas.limiter.refund(request.workspace, grant.granted, limits)
-    return retrieval_payload(row), created
+    return Submitted(retrieval_payload(row), created, row.lane)
 
 
 def _refusal(reason: str, limits: quotas.Limits, grant: quotas.Grant) -> ApiError:
@@ -122,7 +130,7 @@ def _refusal(reason: str, limits: quotas.Limits, grant: quotas.Grant) -> ApiErro
 def _announce_created(rows: list[Retrieval]) -> None:
     for row in rows:
         RETRIEVALS_CREATED.labels(row.kind).inc()
-        backlog.created()
+        backlog.created(row.lane)
     if len(rows) == 1:
         ids = {"retrieval_id": str(rows[0].id), "workspace_id": str(rows[0].workspace_id)}
         with structlog.contextvars.bound_contextvars(**ids):
@@ -244,11 +252,19 @@ def read_retrieval(
     session: Session, principal: Principal, retrieval_id: uuid.UUID
 ) -> dict[str, Any]:
     """The retrieval as it stands; 404 when unknown or outside the key's workspaces."""
+    return read_retrieval_advised(session, principal, retrieval_id)[0]
+
+
+def read_retrieval_advised(
+    session: Session, principal: Principal, retrieval_id: uuid.UUID
+) -> tuple[dict[str, Any], int | None]:
+    """The retrieval as it stands, and the `Retry-After` its answer carries."""
     principal.require(None)
     row = session.execute(_RETRIEVAL_BY_ID, {"retrieval_id": retrieval_id}).one_or_none()
     if row is None or not principal.can_read(row.workspace_id):
         raise not_found("no such retrieval")
-    return retrieval_payload(row)  # type: ignore[arg-type]  # a row has the model's attributes
+    payload = retrieval_payload(row)  # type: ignore[arg-type]  # a row has the model's attributes
+    return payload, retry_after(payload, row.lane)
 
 
 def read_retrievals(
@@ -315,7 +331,7 @@ def poll_delay(state: str, pending: int, rand: Callable[[], float] = random.rand
 
 
 class _Backlog:
-    """The number of pending retrievals, re-counted at most every BACKLOG_CACHE_SECONDS.
+    """Pending retrievals per lane, re-counted at most every BACKLOG_CACHE_SECONDS.
 
     Between counts it adds the retrievals created since the last one: a count taken while the
     backlog grows by a few hundred a second is otherwise too low for the next second, and the
@@ -323,51 +339,63 @@ class _Backlog:
     second's retrievals were all told 1 s; their polls doubled the API's load in the next
     second and its p99 rose to 150-220 ms). A process sees only its own share of the new
     retrievals, so it scales what it saw by the number of API processes (`api_workers`).
+    Per lane, because an interactive retrieval does not wait behind the batch lane: its
+    advice must not grow with another workspace's batch.
     """
 
     def __init__(self) -> None:
-        self._pending = 0
-        self._created_since = 0
+        self._pending: dict[str, int] = {}
+        self._created_since: dict[str, int] = {}
         self._counted_at = -math.inf
         self._lock = threading.Lock()
 
-    def pending(self) -> int:
-        """The last count plus what was created here since; one caller re-counts when stale."""
+    def pending(self, lane: str | None = None) -> int:
+        """The last count plus what was created here since, for one lane or all of them."""
         stale = time.monotonic() - self._counted_at >= BACKLOG_CACHE_SECONDS
         if stale and self._lock.acquire(blocking=False):
             try:
-                created_before = self._created_since
+                created_before = dict(self._created_since)
                 self._pending = _count_pending()
-                self._created_since -= created_before
+                for name, n in created_before.items():
+                    self._created_since[name] = self._created_since.get(name, 0) - n
             except SQLAlchemyError:
                 pass  # keep the last count: advice must never fail the answer it rides on
             finally:
                 self._counted_at = time.monotonic()
                 self._lock.release()
-        return self._pending + self._created_since * get_settings().api_workers
+        scale = get_settings().api_workers
+        lanes = [lane] if lane is not None else list({*self._pending, *self._created_since})
+        return sum(
+            self._pending.get(name, 0) + self._created_since.get(name, 0) * scale for name in lanes
+        )
 
-    def created(self) -> None:
-        """Note a retrieval this process just created (pending until a worker claims it)."""
-        self._created_since += 1  # not atomic across threads: a rare lost one only softens advice
+    def created(self, lane: str = LANE_INTERACTIVE, count: int = 1) -> None:
+        """Note retrievals this process just created (pending until a worker claims them)."""
+        # Not atomic across threads: a rare lost one only softens advice.
+        self._created_since[lane] = self._created_since.get(lane, 0) + count
 
     def clear(self) -> None:
         self._counted_at = -math.inf
-        self._created_since = 0
+        self._created_since = {}
 
 
-def _count_pending() -> int:
-    query = sa.select(sa.func.count()).where(T.state == S.PENDING.value)
+def _count_pending() -> dict[str, int]:
+    """Pending retrievals by lane."""
+    query = sa.select(T.lane, sa.func.count()).where(T.state == S.PENDING.value).group_by(T.lane)
     with db.session_scope(readonly=True) as session:
-        return int(session.execute(query).scalar_one())
+        return {lane: int(n) for lane, n in session.execute(query)}
 
 
 backlog = _Backlog()
 
 
-def retry_after(payload: dict[str, Any]) -> int | None:
-    """The `Retry-After` for an answer carrying this retrieval payload; None once it settled."""
+def retry_after(payload: dict[str, Any], lane: str = LANE_INTERACTIVE) -> int | None:
+    """The `Retry-After` for an answer carrying this retrieval payload; None once it settled.
+
+    A pending retrieval's advice follows the backlog of its own lane.
+    """
     state = payload["retrieval"]["state"]
-    return poll_delay(state, backlog.pending() if state == S.PENDING.value else 0)
+    return poll_delay(state, backlog.pending(lane) if state == S.PENDING.value else 0)
 
 
 def warm_up() -> None:

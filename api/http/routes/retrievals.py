@@ -55,8 +55,8 @@ def _applied(response: JSONResponse, wait: int | None) -> JSONResponse:
 @router.post("/retrieve", status_code=202, response_class=JSONResponse)
 def retrieve(body: RetrieveRequest, principal: PrincipalDep) -> JSONResponse:
     """Record a retrieval (202), or return the one this mutation_id already made (200)."""
-    payload, created = retrievals.submit_retrieval(principal, body)
-    return _answer(payload, 202 if created else 200, retrievals.retry_after(payload))
+    payload, created, lane = retrievals.submit_retrieval(principal, body)
+    return _answer(payload, 202 if created else 200, retrievals.retry_after(payload, lane))
 
 
 @router.post(
@@ -86,8 +86,7 @@ async def get_retrieval(
 
     def read() -> tuple[dict[str, Any], int | None]:
         with read_only_session() as session:
-            payload = retrievals.read_retrieval(session, principal, retrieval_id)
-        return payload, retrievals.retry_after(payload)
+            return retrievals.read_retrieval_advised(session, principal, retrieval_id)
 
     wait = waiters.parse_prefer_wait(prefer or ())
     if wait is None:
