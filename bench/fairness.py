@@ -37,9 +37,9 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from bench.service import Stack
+from bench.service import Stack, _try
 from bench.throughput import Site
-from tests.support.services import ROOT
+from tests.support.services import ROOT, wait_for
 
 console = Console(stderr=True, width=120)
 TARGET_RATIO = 3.0
@@ -132,7 +132,9 @@ def batch_figures(stack: Stack, workspace: str) -> dict[str, Any]:
     import psycopg
 
     url = stack.database_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(url) as conn:
+    # PostgreSQL may be shared with other runs: wait for a free connection rather than fail.
+    conn = wait_for(lambda: _try(psycopg.connect, url), timeout=300, interval=2.0)
+    with conn:
         rows = conn.execute(
             "SELECT state, count(*), min(created_at), max(settled_at) FROM retrieval"
             " WHERE workspace_id = %s GROUP BY state",
@@ -178,6 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         agent.submit_every(args.every, args.idle)
         idle = figures(agent.settled(agent.ids))
         idle_ids = set(agent.ids)
+        console.print(f"B idle: {idle}")
 
         a_file = tmp / "a.txt"
         a_file.write_text("\n".join(a_urls) + "\n")
@@ -195,6 +198,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         a_wall = time.monotonic() - started
         loaded_ids = [i for i in agent.ids if i not in idle_ids]
         loaded = figures(agent.settled(loaded_ids))
+        console.print(f"B under load: {loaded}; A's enqueue took {a_wall:.1f} s")
         batch = batch_figures(stack, a)
         load_after = os.getloadavg()
     finally:
