@@ -127,7 +127,7 @@ def _refusal(reason: str, limits: quotas.Limits, grant: quotas.Grant) -> ApiErro
     return quotas.over_ceiling(limits)
 
 
-def _announce_created(rows: list[Retrieval]) -> None:
+def _announce_created(rows: list[Retrieval] | list[retrievals.RetrievalRow]) -> None:
     for row in rows:
         RETRIEVALS_CREATED.labels(row.kind).inc()
         backlog.created(row.lane)
@@ -202,7 +202,7 @@ def submit_batch(principal: Principal, items: list[Any]) -> list[dict[str, Any]]
         for workspace_id, (limits, grant) in grants.items():
             quotas.limiter.refund(workspace_id, grant.granted, limits)
         raise
-    created: list[Retrieval] = []
+    created: list[retrievals.RetrievalRow] = []
     for workspace_id, (limits, grant) in grants.items():
         outcome = outcomes[workspace_id]
         answered: set[uuid.UUID] = set()
