@@ -70,6 +70,41 @@ class TestInteractiveFirst:
         assert len(after) >= 4 - 1, (alone["settled_at"], order)  # at most one started first
 
 
+class TestSinglesBeyondTheLimit:
+    """A workspace looping over the single route is running a batch: it joins the batch lane."""
+
+    def test_singles_past_the_interactive_limit_go_to_the_batch_lane(
+        self, api: Api, site: TLSSite, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With 2 open interactive retrievals allowed, the third single is batch work; it still
+        completes, and once the workspace is below the limit again singles are interactive."""
+        from worker.settings import get_settings
+
+        monkeypatch.setattr(get_settings(), "interactive_open_limit", 2)
+        held = parked(workspace, 2)
+        url = site.page(f"/lanes/{uuid.uuid4().hex}", article("Third"))
+        third = api.post(body(url, workspace)).json()["retrieval"]["id"]
+        assert lanes(third) == "batch"
+        assert api.wait(third)["state"] == "completed"
+        api.cancel(held[0])
+        fourth = api.post(body(url, workspace)).json()["retrieval"]["id"]
+        assert lanes(fourth) == "interactive"
+        assert api.wait(fourth)["state"] == "completed"
+        api.cancel(held[1])
+
+
+def lanes(retrieval_id: str) -> str:
+    import sqlalchemy as sa
+
+    from worker.store import db
+    from worker.store.models import Retrieval
+
+    T = Retrieval.__table__.c  # type: ignore[attr-defined]
+    with db.session_scope(readonly=True) as session:
+        query = sa.select(T.lane).where(T.id == uuid.UUID(retrieval_id))
+        return str(session.execute(query).scalar_one())
+
+
 class TestRoundRobin:
     """Within the batch lane, workspaces take turns, whatever the length of their queues."""
 
