@@ -181,5 +181,17 @@ async def _settle(principal: Principal, payload: dict[str, Any]) -> dict[str, An
 )
 async def evidence_retrieve(principal: Principal, request: RetrieveRequest) -> dict[str, Any]:
     """Record the retrieval as `POST /research-api/evidence/retrieve` does; wait a bounded time."""
-    submitted = await anyio.to_thread.run_sync(retrievals.submit_retrieval, principal, request)
+    try:
+        submitted = await anyio.to_thread.run_sync(retrievals.submit_retrieval, principal, request)
+    except ApiError as exc:
+        raise _for_mcp(exc) from None
     return await _settle(principal, submitted.payload)
+
+
+def _for_mcp(error: ApiError) -> ApiError:
+    """A quota refusal in the MCP contract's terms: it has no `rate_limited` code, so it is
+    `upstream_unavailable` (try again later) with the reason and when, like the read tools'."""
+    if error.code != "rate_limited":
+        return error
+    details = {"reason": "rate_limited", **(error.details or {})}
+    return ApiError(503, "upstream_unavailable", error.message, details=details)
