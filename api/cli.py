@@ -18,9 +18,6 @@ quotas_app = typer.Typer(
     help="Per-workspace quotas (defaults: EVIDENCE_QUOTA_*).", no_args_is_help=True
 )
 app.add_typer(quotas_app, name="quotas")
-#: The queues `evidence worker` consumes by default: both retrieval lanes and the sweep
-#: (`worker.jobs.celery_app.WORKER_QUEUES`; kept literal so `--help` needs no Celery import).
-DEFAULT_WORKER_QUEUES = "retrievals,retrievals-batch,sweep"
 
 
 def _configure_logging() -> None:
@@ -65,21 +62,24 @@ def api(
 def worker(
     concurrency: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
     queues: Annotated[
-        str,
+        str | None,
         typer.Option(
-            help="Queues to consume: retrievals (interactive lane), retrievals-batch (batch "
-            "lane), sweep. Whatever the order given, a worker takes sweep, then interactive, "
-            "then batch messages."
+            help="Queues to consume (default: retrievals,retrievals-batch,sweep): retrievals "
+            "is the interactive lane, retrievals-batch the batch lane. Whatever the order "
+            "given, a worker takes sweep, then interactive, then batch messages.",
+            show_default=False,
         ),
-    ] = DEFAULT_WORKER_QUEUES,
+    ] = None,
     hostname: Annotated[str | None, typer.Option(help="Node name (unique per worker).")] = None,
     nice: Annotated[
         int, typer.Option(help="Lower the workers' CPU priority (keeps a shared API responsive).")
     ] = 0,
 ) -> None:
     """Run a Celery worker (prefork) that processes retrievals (both lanes) and sweeps."""
+    from worker.jobs.celery_app import WORKER_QUEUES
     from worker.jobs.celery_app import app as celery
 
+    queues = queues or WORKER_QUEUES
     if nice:
         os.nice(nice)
     _configure_logging()
