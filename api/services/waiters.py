@@ -21,7 +21,6 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-import redis
 import redis.asyncio
 import structlog
 from starlette.concurrency import run_in_threadpool
@@ -100,7 +99,7 @@ class Hub:
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
                         self.wake(notify.decode(message["data"]))
-            except (redis.RedisError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001  (Redis trouble or anything else: retry)
                 self.subscribed.clear()
                 if failures == 0:
                     log.warning("settle_subscription_lost", error=type(exc).__name__)
