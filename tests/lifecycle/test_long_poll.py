@@ -146,6 +146,34 @@ class TestWait:
         assert out["at"] - settled_at < 0.1  # type: ignore[operator]
 
 
+class TestRedisOutage:
+    """Notifications are an optimisation: without Redis a wait still ends, with the truth."""
+
+    def test_a_settle_missed_during_an_outage_is_read_when_redis_returns(
+        self, api: Api, env: Env, workspace: uuid.UUID
+    ) -> None:
+        """Cancelled while Redis is down (its announcement is lost): once the subscription is
+        back, the waiting GET reads again and answers, long before its N seconds."""
+        from worker.jobs import notify
+
+        [retrieval_id] = parked(workspace)
+        thread, out = in_background(lambda: api.long_poll(retrieval_id, "wait=30"))
+        time.sleep(1.0)
+        env.redis.stop()
+        try:
+            api.cancel(retrieval_id)
+            time.sleep(1.0)
+            assert "response" not in out
+        finally:
+            env.redis.start()
+            notify._quiet_until = 0.0  # this process may announce again at once
+        started = time.monotonic()
+        thread.join(30)
+        assert out["at"] - started < 10  # type: ignore[operator]
+        response = out["response"]
+        assert response.json()["retrieval"]["state"] == "cancelled"  # type: ignore[attr-defined]
+
+
 @pytest.fixture(scope="module")
 def own_api(env: Env) -> Iterator[str]:
     """An `evidence api` process of its own (the session's database), as operators run it."""
