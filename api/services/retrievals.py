@@ -115,7 +115,6 @@ def submit_retrieval(principal: Principal, request: RetrieveRequest) -> Submitte
         _announce_created([row])
         if not outbox.publish([row.id], row.lane):
             db.with_transient_retry(lambda s: retrievals.mark_unpublished(s, [row.id]))
-            row.published_at = None
     else:
         quotas.limiter.refund(request.workspace, grant.granted, limits)
     return Submitted(retrieval_payload(row), created, row.lane)
@@ -127,7 +126,7 @@ def _refusal(reason: str, limits: quotas.Limits, grant: quotas.Grant) -> ApiErro
     return quotas.over_ceiling(limits)
 
 
-def _announce_created(rows: list[Retrieval] | list[retrievals.RetrievalRow]) -> None:
+def _announce_created(rows: list[retrievals.RetrievalRow]) -> None:
     for row in rows:
         RETRIEVALS_CREATED.labels(row.kind).inc()
         backlog.created(row.lane)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -103,10 +104,17 @@ def _tokens(channel: Any, queue: str, count: int) -> list[str]:
     return out
 
 
+#: A Redis client per kombu channel: building one per publish cost about 0.5 ms of CPU.
+_clients: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
 def _push(channel: Any, queue: str, messages: Sequence[str]) -> None:
     # One LPUSH with every message (kombu's `_put` pushes one a call): the list then reads as if
     # they were pushed one by one, and workers BRPOP the other end, oldest first.
-    channel._create_client().lpush(channel._q_for_pri(queue, 0), *messages)
+    client = _clients.get(channel)
+    if client is None:
+        client = _clients[channel] = channel._create_client()
+    client.lpush(channel._q_for_pri(queue, 0), *messages)
 
 
 def queue_length(queue: str = LANE_QUEUES["interactive"]) -> int | None:

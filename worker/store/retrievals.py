@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -38,6 +39,9 @@ T = RETRIEVAL.c
 SCHEDULE: sa.Table = BatchSchedule.__table__  # type: ignore[attr-defined]
 #: Advisory lock class of a workspace's quota check (PostgreSQL's two-key form: class, id).
 QUOTA_LOCK_CLASS = 16_001
+#: A retrieval row as read (the model's attributes, without building a model object: SQLModel's
+#: constructor validates every field, about 1 ms a row on a loaded machine, 1 s per batch).
+RetrievalRow = sa.Row[Any]
 
 # The worker's two statements per delivery, built once (bound parameters are prefixed `b_`:
 # SQLAlchemy reserves the column names for the SET clause).
@@ -106,13 +110,48 @@ def _insert(session: Session) -> Any:
     return postgresql.insert if session.bind.dialect.name == "postgresql" else sqlite.insert  # type: ignore[union-attr]
 
 
+#: Columns a new retrieval is inserted with (`_row_values`).
+_NEW_COLUMNS = (
+    "id",
+    "workspace_id",
+    "mutation_id",
+    "url",
+    "kind",
+    "language",
+    "state",
+    "lane",
+    "attempt",
+    "published_at",
+    "created_at",
+    "valid_until",
+)
+
+
+@cache
+def _insert_one(dialect: str) -> Any:
+    """The single create's statement, built once per dialect (it runs on every POST)."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    values = {name: sa.bindparam(f"b_{name}", type_=T[name].type) for name in _NEW_COLUMNS}
+    return (
+        insert(RETRIEVAL)
+        .values(values)
+        .on_conflict_do_nothing(index_elements=["workspace_id", "mutation_id"])
+        .returning(*RETRIEVAL.columns)
+    )
+
+
+_BY_MUTATION = sa.select(*RETRIEVAL.columns).where(
+    T.workspace_id == sa.bindparam("b_workspace"), T.mutation_id == sa.bindparam("b_mutation")
+)
+
+
 def create_retrieval(
     session: Session,
     request: NewRetrieval,
     now: datetime,
     ttl: timedelta,
     lane: str = LANE_INTERACTIVE,
-) -> tuple[Retrieval, bool]:
+) -> tuple[RetrievalRow, bool]:
     """Record `request` once; return the row and whether this call created it.
 
     The UNIQUE(workspace_id, mutation_id) constraint decides races: INSERT … ON CONFLICT DO
@@ -121,22 +160,16 @@ def create_retrieval(
     the commit and clears the mark if that fails (`mark_unpublished`); a crash in between is
     caught by the sweep, which republishes pending rows whose publish is old.
     """
-    stmt = (
-        _insert(session)(Retrieval.__table__)
-        .values(_row_values(request, now, ttl, lane))
-        .on_conflict_do_nothing(index_elements=["workspace_id", "mutation_id"])
-        .returning(*Retrieval.__table__.columns)  # type: ignore[attr-defined]
-    )
-    inserted = session.execute(stmt).one_or_none()
+    stmt = _insert_one(session.bind.dialect.name)  # type: ignore[union-attr]
+    values = _row_values(request, now, ttl, lane)
+    inserted = session.execute(stmt, {f"b_{k}": v for k, v in values.items()}).one_or_none()
     if inserted is not None:
         if lane == LANE_BATCH:
             note_batch_work(session, [request.workspace_id])
-        return Retrieval(**inserted._mapping), True
+        return inserted, True
     row = session.execute(
-        sa.select(Retrieval).where(
-            T.workspace_id == request.workspace_id, T.mutation_id == request.mutation_id
-        )
-    ).scalar_one()
+        _BY_MUTATION, {"b_workspace": request.workspace_id, "b_mutation": request.mutation_id}
+    ).one()
     check_same_request(row, request)
     return row, False
 
@@ -187,6 +220,21 @@ class OpenCount:
     interactive: int
 
 
+_LOCK = sa.select(
+    sa.func.pg_advisory_xact_lock(QUOTA_LOCK_CLASS, sa.bindparam("b_key", type_=sa.Integer))
+)
+_OPEN_ROWS = (
+    sa.select(T.lane)
+    .where(T.workspace_id == sa.bindparam("b_workspace"), sa.text(OPEN_SQL))
+    .limit(sa.bindparam("b_cap", type_=sa.Integer))
+    .subquery()
+)
+_COUNT_OPEN = sa.select(
+    sa.func.count(),
+    sa.func.coalesce(sa.func.sum(sa.case((_OPEN_ROWS.c.lane == LANE_INTERACTIVE, 1), else_=0)), 0),
+)
+
+
 def lock_workspace(session: Session, workspace_id: uuid.UUID) -> None:
     """Serialise quota decisions of one workspace until the transaction ends.
 
@@ -195,28 +243,15 @@ def lock_workspace(session: Session, workspace_id: uuid.UUID) -> None:
     transaction holds the database's one write lock from its start (`BEGIN IMMEDIATE`).
     """
     if session.bind.dialect.name == "postgresql":  # type: ignore[union-attr]
-        key = int.from_bytes(workspace_id.bytes[:4], "big", signed=True)
-        session.execute(sa.select(sa.func.pg_advisory_xact_lock(QUOTA_LOCK_CLASS, key)))
+        session.execute(
+            _LOCK, {"b_key": int.from_bytes(workspace_id.bytes[:4], "big", signed=True)}
+        )
 
 
 def count_open(session: Session, workspace_id: uuid.UUID, cap: int) -> OpenCount:
     """Open retrievals of the workspace, counting at most `cap` rows (enough to decide)."""
-    rows = (
-        sa.select(T.lane)
-        .where(T.workspace_id == workspace_id, sa.text(OPEN_SQL))
-        .limit(cap)
-        .subquery()
-    )
-    interactive = sa.func.coalesce(
-        sa.func.sum(sa.case((rows.c.lane == LANE_INTERACTIVE, 1), else_=0)), 0
-    )
-    total, inter = session.execute(sa.select(sa.func.count(), interactive)).one()
+    total, inter = session.execute(_COUNT_OPEN, {"b_workspace": workspace_id, "b_cap": cap}).one()
     return OpenCount(int(total), int(inter))
-
-
-#: A retrieval row as read (the model's attributes, without building a model object: SQLModel's
-#: constructor validates every field, about 1 ms a row on a loaded machine, 1 s per batch).
-RetrievalRow = sa.Row[Any]
 
 
 def find_existing(
@@ -239,7 +274,7 @@ def create_within_quota(
     open_limit: int,
     interactive_limit: int,
     rate_ok: bool = True,
-) -> tuple[Retrieval, bool]:
+) -> tuple[RetrievalRow, bool]:
     """Record a single retrieval if its workspace's quotas allow; (row, created).
 
     `rate_ok` says whether the write rate granted it (the caller asked Redis). A replay of a
@@ -259,7 +294,7 @@ def create_within_quota(
         if row is None:
             raise OverQuota(refusal)
         check_same_request(row, request)
-        return Retrieval(**row._mapping), False
+        return row, False
     lane = LANE_BATCH if counts.interactive >= interactive_limit else LANE_INTERACTIVE
     return create_retrieval(session, request, now, ttl, lane)
 
