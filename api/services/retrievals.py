@@ -14,12 +14,11 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 import structlog
-from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from api.auth import Principal, authenticate
-from api.errors import ApiError, envelope, invalid_input, not_entitled, not_found, validation_error
+from api.errors import ApiError, invalid_input, not_found
 from api.http.metrics import RETRIEVALS_CREATED
 from api.schemas import RetrieveRequest
 from api.services import quotas
@@ -51,7 +50,8 @@ BACKLOG_CACHE_SECONDS = 1.0
 WARM_CONNECTIONS = 10
 
 
-def _new(request: RetrieveRequest) -> retrievals.NewRetrieval:
+def new_retrieval(request: RetrieveRequest) -> retrievals.NewRetrieval:
+    """What a retrieve body asks the store to record."""
     return retrievals.NewRetrieval(
         workspace_id=request.workspace,
         mutation_id=request.mutation,
@@ -61,7 +61,8 @@ def _new(request: RetrieveRequest) -> retrievals.NewRetrieval:
     )
 
 
-def _conflict() -> ApiError:
+def conflict_error() -> ApiError:
+    """The 409 of a known mutation_id sent with another url, kind or language."""
     return invalid_input(
         "this mutation_id was already used with a different url, kind or language",
         field="mutation_id",
@@ -78,7 +79,8 @@ class Submitted(NamedTuple):
 
 
 def submit_retrieval(principal: Principal, request: RetrieveRequest) -> Submitted:
-    """Record a single retrieval (or find it), publish it if new; return (payload, created).
+    """Record a single retrieval (or find it), publish it if new; its payload, whether it was
+    created, and its lane.
 
     A retrieval submitted alone goes to the interactive lane, unless its workspace already has
     `interactive_open_limit` open ones there (then it joins the batch lane). Quotas: one token
@@ -89,7 +91,7 @@ def submit_retrieval(principal: Principal, request: RetrieveRequest) -> Submitte
     limits = quotas.limits_for(request.workspace)
     grant = quotas.limiter.take(request.workspace, 1, limits)
     ttl = timedelta(seconds=settings.receipt_ttl_seconds)
-    new = _new(request)
+    new = new_retrieval(request)
     try:
         row, created = db.with_transient_retry(
             lambda s: retrievals.create_within_quota(
@@ -104,15 +106,15 @@ def submit_retrieval(principal: Principal, request: RetrieveRequest) -> Submitte
         )
     except retrievals.MutationConflict:
         quotas.limiter.refund(request.workspace, grant.granted, limits)
-        raise _conflict() from None
+        raise conflict_error() from None
     except retrievals.OverQuota as over:
         quotas.limiter.refund(request.workspace, grant.granted, limits)
-        raise _refusal(over.reason, limits, grant) from None
+        raise refusal_error(over.reason, limits, grant) from None
     except SQLAlchemyError:  # nothing was recorded (a 503): give the token back
         quotas.limiter.refund(request.workspace, grant.granted, limits)
         raise
     if created:
-        _announce_created([row])
+        announce_created([row])
         if not outbox.publish([row.id], row.lane):
             db.with_transient_retry(lambda s: retrievals.mark_unpublished(s, [row.id]))
     else:
@@ -120,13 +122,15 @@ def submit_retrieval(principal: Principal, request: RetrieveRequest) -> Submitte
     return Submitted(retrieval_payload(row), created, row.lane)
 
 
-def _refusal(reason: str, limits: quotas.Limits, grant: quotas.Grant) -> ApiError:
+def refusal_error(reason: str, limits: quotas.Limits, grant: quotas.Grant) -> ApiError:
+    """The 429 of a new retrieval its workspace's quotas refused (`reason`: open or rate)."""
     if reason == retrievals.OVER_RATE:
         return quotas.over_rate(limits, grant.retry_after or 1)
     return quotas.over_ceiling(limits)
 
 
-def _announce_created(rows: list[retrievals.RetrievalRow]) -> None:
+def announce_created(rows: list[retrievals.RetrievalRow]) -> None:
+    """Count and log new retrievals (metrics, poll advice)."""
     for row in rows:
         RETRIEVALS_CREATED.labels(row.kind).inc()
         backlog.created(row.lane)
@@ -136,110 +140,6 @@ def _announce_created(rows: list[retrievals.RetrievalRow]) -> None:
             log.info("retrieval_created", kind=rows[0].kind, lane=rows[0].lane)
     elif rows:
         log.info("retrievals_created", count=len(rows), workspace_id=str(rows[0].workspace_id))
-
-
-def _item_error(error: ApiError) -> dict[str, Any]:
-    body = envelope(error.code, error.message, error.field, error.details)
-    return {"status": error.status, **body}
-
-
-def parse_item(item: Any) -> RetrieveRequest | ApiError:
-    """One batch item checked exactly as the single route checks its body."""
-    if not isinstance(item, dict):
-        return invalid_input("each item must be a JSON object (a retrieve body)")
-    try:
-        return RetrieveRequest.model_validate(item)
-    except ValidationError as exc:
-        return validation_error(exc.errors())
-
-
-def submit_batch(principal: Principal, items: list[Any]) -> list[dict[str, Any]]:
-    """Record a batch of retrievals in the batch lane; one result per item, in order.
-
-    Each item is answered as the single route would answer it alone (202 created, 200 already
-    known, 400 invalid, 403 not entitled to its workspace, 409 conflicting replay, 429 over the
-    workspace's rate or open ceiling), and one item's failure never touches another. The
-    database work is one transaction for the whole batch (a few statements per workspace), the
-    publish one Redis pipeline.
-    """
-    principal.require(None)
-    settings = get_settings()
-    ttl = timedelta(seconds=settings.receipt_ttl_seconds)
-    results: list[dict[str, Any] | None] = [None] * len(items)
-    wanted: dict[uuid.UUID, list[tuple[int, RetrieveRequest]]] = {}
-    for index, item in enumerate(items):
-        parsed = parse_item(item)
-        if isinstance(parsed, ApiError):
-            results[index] = _item_error(parsed)
-        elif not principal.can_read(parsed.workspace):
-            results[index] = _item_error(not_entitled("this key has no access to that workspace"))
-        else:
-            wanted.setdefault(parsed.workspace, []).append((index, parsed))
-    grants: dict[uuid.UUID, tuple[quotas.Limits, quotas.Grant]] = {}
-    for workspace_id, entries in wanted.items():
-        limits = quotas.limits_for(workspace_id)
-        grants[workspace_id] = (limits, quotas.limiter.take(workspace_id, len(entries), limits))
-
-    def record(session: Session) -> dict[uuid.UUID, retrievals.BatchOutcome]:
-        now = clock.now()
-        return {
-            workspace_id: retrievals.create_batch_within_quota(
-                session,
-                workspace_id,
-                [_new(request) for _, request in wanted[workspace_id]],
-                now,
-                ttl,
-                limits.open_retrievals,
-                grant.granted,
-            )
-            for workspace_id, (limits, grant) in sorted(grants.items())  # one lock order
-        }
-
-    try:
-        outcomes = db.with_transient_retry(record) if grants else {}
-    except SQLAlchemyError:  # nothing was recorded (a 503): give the tokens back
-        for workspace_id, (limits, grant) in grants.items():
-            quotas.limiter.refund(workspace_id, grant.granted, limits)
-        raise
-    created: list[retrievals.RetrievalRow] = []
-    for workspace_id, (limits, grant) in grants.items():
-        outcome = outcomes[workspace_id]
-        answered: set[uuid.UUID] = set()
-        for index, request in wanted[workspace_id]:
-            results[index] = _batch_result(outcome, request, answered, limits, grant)
-        created += outcome.created.values()
-        quotas.limiter.refund(workspace_id, grant.granted - len(outcome.created), limits)
-    if created:
-        _announce_created(created)
-        sent = set(outbox.publish([row.id for row in created], "batch"))
-        unsent = [row.id for row in created if row.id not in sent]
-        if unsent:  # the broker did not take them: the sweep publishes them later
-            db.with_transient_retry(lambda s: retrievals.mark_unpublished(s, unsent))
-    return [result for result in results if result is not None]
-
-
-def _batch_result(
-    outcome: retrievals.BatchOutcome,
-    request: RetrieveRequest,
-    answered: set[uuid.UUID],
-    limits: quotas.Limits,
-    grant: quotas.Grant,
-) -> dict[str, Any]:
-    """One item's result from its workspace's outcome."""
-    mutation = request.mutation
-    if mutation in outcome.refused:
-        return _item_error(_refusal(outcome.refused[mutation], limits, grant))
-    row = outcome.created.get(mutation)
-    status = 202
-    if row is None or mutation in answered:
-        status = 200
-        row = row or outcome.existing[mutation]
-        try:
-            retrievals.check_same_request(row, _new(request))
-        except retrievals.MutationConflict:
-            return _item_error(_conflict())
-    answered.add(mutation)
-    return {"status": status, **retrieval_payload(row)}
 
 
 #: One retrieval by id as a plain row: its payload needs the columns only, and the ORM's

@@ -16,7 +16,7 @@ from api.schemas import (
     ErrorResponse,
     RetrieveRequest,
 )
-from api.services import retrievals, waiters
+from api.services import batch, retrievals, waiters
 from worker.states import OPEN_STATES
 
 router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
@@ -72,7 +72,7 @@ def retrieve_batch(body: BatchRetrieveRequest, principal: PrincipalDep) -> JSONR
     whenever its envelope is valid; with items refused for a quota it carries the longest of
     their `Retry-After`s.
     """
-    results = retrievals.submit_batch(principal, body.items)
+    results = batch.submit_batch(principal, body.items)
     waits = [r["error"]["details"]["retry_after_seconds"] for r in results if r["status"] == 429]
     headers = {"Retry-After": str(max(waits))} if waits else None
     return JSONResponse({"results": results}, headers=headers)
