@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -204,6 +205,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         stack.stop()
         site.stop()
+    shutil.rmtree(tmp, ignore_errors=True)  # kept when the run failed: its logs say why
     ratio = loaded["median"] / idle["median"]
     return {
         "worker_processes": concurrency,
