@@ -420,14 +420,13 @@ def claim(
 # --- The batch lane: round-robin across workspaces, oldest first within one ---------------
 
 
-def active_batch_workspaces(session: Session) -> list[uuid.UUID]:
-    """Workspaces with pending batch retrievals, least recently served first.
+def _active_batch_query() -> Any:
+    """Workspaces with pending batch retrievals, least recently served first (never first).
 
-    A loose index scan of `ix_retrieval_batch_pending` (one probe per workspace, however many
-    rows each has queued), then their schedule rows; never served comes first.
+    A loose index scan of `ix_retrieval_batch_pending`: one probe per workspace, however many
+    rows each has queued. `(SELECT workspace_id … ORDER BY workspace_id LIMIT 1)` rather than
+    min(): PostgreSQL has no min(uuid), and both databases answer it from the index alone.
     """
-    # `(SELECT workspace_id … ORDER BY workspace_id LIMIT 1)` rather than min(): PostgreSQL has
-    # no min(uuid), and both databases answer this from the index alone.
     first = (
         sa.select(T.workspace_id)
         .where(sa.text(BATCH_PENDING_SQL))
@@ -449,54 +448,65 @@ def active_batch_workspaces(session: Session) -> list[uuid.UUID]:
     )
     active = active.union_all(sa.select(following).where(active.c.workspace_id.is_not(None)))
     S_ = SCHEDULE.c
-    query = (
+    return (
         sa.select(active.c.workspace_id)
         .select_from(active.outerjoin(SCHEDULE, S_.workspace_id == active.c.workspace_id))
         .where(active.c.workspace_id.is_not(None))
         .order_by(sa.nulls_first(S_.served_at.asc()), active.c.workspace_id)
     )
-    return list(session.execute(query).scalars())
 
 
-def _lock_schedule(session: Session, workspace_ids: list[uuid.UUID]) -> uuid.UUID | None:
-    """PostgreSQL: lock the least recently served schedule row no other claimer holds.
+# The batch claim's statements, built once (a claim per batch retrieval; building them each
+# time cost more CPU than running them).
+_ACTIVE_BATCH = _active_batch_query()
+#: PostgreSQL: the least recently served schedule row among the given ones that no other
+#: claimer holds, locked, so concurrent claims spread over workspaces.
+_LOCK_SCHEDULE = (
+    sa.select(SCHEDULE.c.workspace_id)
+    .where(SCHEDULE.c.workspace_id.in_(sa.bindparam("b_ids", expanding=True)))
+    .order_by(sa.nulls_first(SCHEDULE.c.served_at.asc()), SCHEDULE.c.workspace_id)
+    .limit(1)
+    .with_for_update(skip_locked=True)
+)
+_SERVED = (
+    sa.update(SCHEDULE)
+    .where(SCHEDULE.c.workspace_id == sa.bindparam("b_workspace"))
+    .values(served_at=sa.bindparam("b_now"))
+)
 
-    Concurrent claims then spread over workspaces instead of all serving the same one.
-    """
-    S_ = SCHEDULE.c
-    query = (
-        sa.select(S_.workspace_id)
-        .where(S_.workspace_id.in_(workspace_ids))
-        .order_by(sa.nulls_first(S_.served_at.asc()), S_.workspace_id)
-        .limit(1)
-        .with_for_update(skip_locked=True)
-    )
-    return session.execute(query).scalar_one_or_none()
 
-
-def _claim_oldest_of(
-    session: Session, workspace_id: uuid.UUID, now: datetime, lease: timedelta
-) -> Any:
-    """Claim the workspace's oldest pending batch retrieval nobody else is claiming."""
+def _claim_oldest_statement(skip_locked: bool) -> Any:
+    """Claim a workspace's oldest pending batch retrieval nobody else is claiming."""
     oldest = (
         sa.select(T.id)
         .where(
-            T.workspace_id == workspace_id,
+            T.workspace_id == sa.bindparam("b_workspace"),
             sa.text(BATCH_PENDING_SQL),
-            T.valid_until > now,
+            T.valid_until > sa.bindparam("b_now"),
         )
         .order_by(T.created_at)
         .limit(1)
     )
-    if session.bind.dialect.name == "postgresql":  # type: ignore[union-attr]
+    if skip_locked:
         oldest = oldest.with_for_update(skip_locked=True)
-    stmt = (
+    return (
         sa.update(RETRIEVAL)
         .where(T.id == oldest.scalar_subquery(), T.state == S.PENDING.value)
-        .values(state=S.RUNNING.value, attempt=T.attempt + 1, lease_until=now + lease)
+        .values(
+            state=S.RUNNING.value,
+            attempt=T.attempt + 1,
+            lease_until=sa.bindparam("b_lease_until"),
+        )
         .returning(T.id, T.attempt, T.url, T.kind, T.language, T.workspace_id)
     )
-    return session.execute(stmt).one_or_none()
+
+
+_CLAIM_OLDEST = {True: _claim_oldest_statement(True), False: _claim_oldest_statement(False)}
+
+
+def active_batch_workspaces(session: Session) -> list[uuid.UUID]:
+    """Workspaces with pending batch retrievals, least recently served first."""
+    return list(session.execute(_ACTIVE_BATCH).scalars())
 
 
 def claim_next_batch(session: Session, now: datetime, lease: timedelta) -> Claim | None:
@@ -512,17 +522,19 @@ def claim_next_batch(session: Session, now: datetime, lease: timedelta) -> Claim
     order = active_batch_workspaces(session)
     if not order:
         return None
-    if session.bind.dialect.name == "postgresql":  # type: ignore[union-attr]
-        locked = _lock_schedule(session, order)
+    postgres = session.bind.dialect.name == "postgresql"  # type: ignore[union-attr]
+    if postgres:
+        locked = session.execute(_LOCK_SCHEDULE, {"b_ids": order}).scalar_one_or_none()
         if locked is not None:
             order = [locked, *(w for w in order if w != locked)]
+    params = {"b_now": now, "b_lease_until": now + lease}
     for workspace_id in order:
-        row = _claim_oldest_of(session, workspace_id, now, lease)
+        row = session.execute(
+            _CLAIM_OLDEST[postgres], params | {"b_workspace": workspace_id}
+        ).one_or_none()
         if row is None:
             continue
-        session.execute(
-            sa.update(SCHEDULE).where(SCHEDULE.c.workspace_id == workspace_id).values(served_at=now)
-        )
+        session.execute(_SERVED, {"b_workspace": workspace_id, "b_now": now})
         return Claim(row.id, row.attempt, row.url, row.kind, row.language or None, workspace_id)
     return None
 
