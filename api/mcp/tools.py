@@ -149,8 +149,9 @@ async def _settle(principal: Principal, payload: dict[str, Any]) -> dict[str, An
     Woken by the settle notification (`api.services.waiters`), like `GET …/retrievals/{id}`
     with `Prefer: wait=N`: no re-reading on a timer, no thread held while waiting.
     """
-    if payload["retrieval"]["state"] not in OPEN_STATES:
-        return payload
+    seconds = get_settings().mcp_wait_seconds
+    if payload["retrieval"]["state"] not in OPEN_STATES or seconds <= 0:
+        return payload  # no wait: the answer is the retrieval as the call recorded it
     retrieval_id = uuid.UUID(payload["retrieval"]["id"])
 
     def read() -> dict[str, Any]:
@@ -165,7 +166,7 @@ async def _settle(principal: Principal, payload: dict[str, Any]) -> dict[str, An
         read,
         [str(retrieval_id)],
         lambda answer: answer["retrieval"]["state"] not in OPEN_STATES,
-        get_settings().mcp_wait_seconds,
+        seconds,
     )
 
 
