@@ -62,4 +62,9 @@ bench: install  ## Throughput side by side: extraction limit, plain script, traf
 	./deploy/ensure-services.sh --postgres
 	$(PY) -m bench.throughput $(BENCH_ARGS)
 
-.PHONY: help install run demo test test-faults lint format migrate bench
+FAIRNESS_ARGS ?=
+bench-fairness: install  ## Fairness: an agent's single retrievals during another workspace's 1 500-URL batch
+	./deploy/ensure-services.sh --postgres
+	$(PY) -m bench.fairness $(FAIRNESS_ARGS)
+
+.PHONY: help install run demo test test-faults lint format migrate bench bench-fairness

@@ -18,6 +18,10 @@ from worker.settings import flower_logins, get_settings
 app = typer.Typer(help="Evidence retrieval service.", no_args_is_help=True, add_completion=False)
 keys_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
+quotas_app = typer.Typer(
+    help="Per-workspace quotas (defaults: EVIDENCE_QUOTA_*).", no_args_is_help=True
+)
+app.add_typer(quotas_app, name="quotas")
 
 
 def _configure_logging() -> None:
@@ -83,15 +87,25 @@ def api(
 @app.command()
 def worker(
     concurrency: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
-    queues: Annotated[str, typer.Option(help="Queues to consume.")] = "retrievals,sweep",
+    queues: Annotated[
+        str | None,
+        typer.Option(
+            help="Queues to consume (default: retrievals,retrievals-batch,sweep): retrievals "
+            "is the interactive lane, retrievals-batch the batch lane. Whatever the order "
+            "given, a worker takes sweep, then interactive, then batch messages.",
+            show_default=False,
+        ),
+    ] = None,
     hostname: Annotated[str | None, typer.Option(help="Node name (unique per worker).")] = None,
     nice: Annotated[
         int, typer.Option(help="Lower the workers' CPU priority (keeps a shared API responsive).")
     ] = 0,
 ) -> None:
-    """Run a Celery worker (prefork) that processes retrievals and sweeps."""
+    """Run a Celery worker (prefork) that processes retrievals (both lanes) and sweeps."""
+    from worker.jobs.celery_app import WORKER_QUEUES
     from worker.jobs.celery_app import app as celery
 
+    queues = queues or WORKER_QUEUES
     if nice:
         os.nice(nice)
     _configure_logging()
@@ -192,6 +206,86 @@ def keys_create(
     typer.echo(secret)
 
 
+@quotas_app.command("set")
+def quotas_set(
+    workspace: Annotated[uuid.UUID, typer.Option(help="The workspace.")],
+    open_: Annotated[
+        int | None,
+        typer.Option("--open", min=0, help="Open (pending + running) retrievals allowed."),
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option(min=0.001, help="Retrievals per second on the write routes.")
+    ] = None,
+    burst: Annotated[
+        int | None, typer.Option(min=1, help="Retrievals at once (the token bucket's size).")
+    ] = None,
+    clear: Annotated[
+        bool, typer.Option("--clear", help="Drop the workspace's overrides (back to defaults).")
+    ] = False,
+) -> None:
+    """Override a workspace's quotas (the API applies them within 5 s)."""
+    from worker import clock
+    from worker.store import db
+    from worker.store import quotas as quota_store
+
+    if clear:
+        if open_ is not None or rate is not None or burst is not None:
+            typer.echo("--clear takes no --open, --rate or --burst", err=True)
+            raise typer.Exit(2)
+        db.with_transient_retry(lambda s: quota_store.clear_override(s, workspace))
+    elif open_ is None and rate is None and burst is None:
+        typer.echo("nothing to set: give --open, --rate, --burst or --clear", err=True)
+        raise typer.Exit(2)
+    else:
+        override = quota_store.Override(workspace, open_, rate, burst)
+        db.with_transient_retry(lambda s: quota_store.set_override(s, override, clock.now()))
+    _print_quotas([workspace])
+
+
+@quotas_app.command("show")
+def quotas_show(
+    workspace: Annotated[
+        list[uuid.UUID] | None,
+        typer.Option(help="Only these workspaces (default: all overridden)."),
+    ] = None,
+) -> None:
+    """Show the defaults and the quotas of overridden (or the given) workspaces."""
+    _print_quotas(workspace or [])
+
+
+def _print_quotas(workspaces: list[uuid.UUID]) -> None:
+    from worker.store import db, retrievals
+    from worker.store import quotas as quota_store
+
+    settings = get_settings()
+    defaults = (
+        settings.quota_open_retrievals,
+        settings.quota_write_rate,
+        settings.quota_write_burst,
+    )
+    with db.session_scope(readonly=True) as session:
+        found = {o.workspace_id: o for o in quota_store.list_overrides(session)}
+        names = workspaces or sorted(found)
+        rows = []
+        for name in names:
+            o = found.get(name) or quota_store.Override(name, None, None, None)
+            values = (o.open_retrievals, o.write_rate, o.write_burst)
+            shown = [
+                f"{v:g}" if v is not None else f"{d:g} (default)"
+                for v, d in zip(values, defaults, strict=True)
+            ]
+            open_now = retrievals.count_open(session, name, 10**9).total
+            rows.append((str(name), *shown, str(open_now)))
+    typer.echo(
+        f"defaults: open {defaults[0]}, rate {defaults[1]:g}/s, burst {defaults[2]} "
+        "(EVIDENCE_QUOTA_OPEN_RETRIEVALS, _WRITE_RATE, _WRITE_BURST)"
+    )
+    header = ("workspace", "open limit", "rate /s", "burst", "open now")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        typer.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
 @app.command()
 def enqueue(
     file: Annotated[
@@ -209,9 +303,13 @@ def enqueue(
     key: Annotated[
         str, typer.Option(envvar="EVIDENCE_API_KEY", show_default=False, help="API key (Bearer).")
     ] = "",
-    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight at once.")] = 8,
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight at once.")] = 4,
+    chunk_size: Annotated[
+        int,
+        typer.Option(min=1, max=1000, help="Lines per batch request (the API takes up to 1 000)."),
+    ] = 1000,
     wait: Annotated[
-        bool, typer.Option("--wait", help="Poll until every retrieval is settled.")
+        bool, typer.Option("--wait", help="Wait (long-poll) until every retrieval is settled.")
     ] = False,
     out: Annotated[
         Path | None, typer.Option(help="Write one JSON line per input line (results with --wait).")
@@ -241,6 +339,7 @@ def enqueue(
         api=api,
         key=key,
         concurrency=concurrency,
+        chunk_size=chunk_size,
         wait=wait,
         out=out,
         batch=batch,

@@ -31,10 +31,13 @@ class ApiError(Exception):
         message: str,
         field: str | None = None,
         details: dict[str, Any] | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.field, self.details = field, details
+        #: Seconds for the `Retry-After` header (429), when the error has one.
+        self.retry_after = retry_after
 
 
 def invalid_input(message: str, field: str | None = None, status: int = 400) -> ApiError:
@@ -65,6 +68,8 @@ def error_response(error: ApiError, headers: Mapping[str, str] | None = None) ->
     extra = dict(headers or {})
     if error.status == 401:
         extra["WWW-Authenticate"] = "Bearer"
+    if error.retry_after is not None:
+        extra["Retry-After"] = str(error.retry_after)
     return JSONResponse(
         envelope(error.code, error.message, error.field, error.details),
         status_code=error.status,

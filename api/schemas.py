@@ -1,4 +1,4 @@
-"""Request bodies, validated exactly as `evidence_retrieve.input.json` says."""
+"""Request bodies, validated exactly as `evidence_retrieve.input.json` says; batch envelopes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    RootModel,
     StringConstraints,
+    WithJsonSchema,
     field_validator,
 )
 
@@ -89,3 +91,89 @@ class RetrieveRequest(BaseModel):
     @property
     def mutation(self) -> uuid.UUID:
         return uuid.UUID(self.mutation_id)
+
+
+# --- The batch routes (`POST …/retrieve/batch`, `POST …/retrievals/batch-get`) ------------
+
+#: Most items (or ids) one batch request may carry.
+MAX_BATCH_ITEMS = 1000
+_ITEMS_SCHEMA = {
+    "type": "array",
+    "items": {"$ref": "#/components/schemas/RetrieveRequest"},
+    "minItems": 1,
+    "maxItems": MAX_BATCH_ITEMS,
+    "description": "Each item exactly a `retrieve` body; each is answered on its own.",
+}
+
+
+class BatchRetrieveRequest(BaseModel):
+    """Body of `POST /research-api/evidence/retrieve/batch`.
+
+    Items are checked one by one (a bad item is that item's 400, never the batch's), so the
+    envelope only requires a list of 1 to `MAX_BATCH_ITEMS` of them.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    items: Annotated[
+        list[Any],
+        Field(min_length=1, max_length=MAX_BATCH_ITEMS),
+        WithJsonSchema(_ITEMS_SCHEMA),
+    ]
+
+
+class BatchGetRequest(BaseModel):
+    """Body of `POST /research-api/evidence/retrievals/batch-get`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ids: Annotated[list[UuidText], Field(min_length=1, max_length=MAX_BATCH_ITEMS)]
+
+
+def _contract_retrieval(schema: dict[str, Any]) -> None:
+    from worker import contract
+
+    schema.clear()
+    schema.update(contract.load("evidence_retrieve.output.json")["properties"]["retrieval"])
+
+
+class ContractRetrieval(RootModel[dict[str, Any]]):
+    """A retrieval exactly as `evidence_retrieve.output.json` describes `retrieval`."""
+
+    model_config = ConfigDict(json_schema_extra=_contract_retrieval)
+
+
+class ErrorBody(BaseModel):
+    """The contract's error object (`{"error": …}` on its own, or one batch item's error)."""
+
+    code: str
+    message: str
+    field: str | None = None
+    details: dict[str, Any] | None = None
+
+
+class BatchItemResult(BaseModel):
+    """One item's answer: its status as the single route would have answered it, and either
+    the retrieval (202 created, 200 already known) or the error (400, 403, 409, 429)."""
+
+    status: Literal[200, 202, 400, 403, 409, 429]
+    retrieval: ContractRetrieval | None = None
+    error: ErrorBody | None = None
+
+
+class BatchRetrieveResponse(BaseModel):
+    """One result per item, in the order of the items."""
+
+    results: list[BatchItemResult]
+
+
+class BatchGetResponse(BaseModel):
+    """One retrieval per id, in the order of the ids; null for unknown or unreadable ids."""
+
+    retrievals: list[ContractRetrieval | None]
+
+
+class ErrorResponse(BaseModel):
+    """The contract's error envelope."""
+
+    error: ErrorBody

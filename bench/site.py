@@ -3,7 +3,9 @@
 An asyncio (uvloop when installed) HTTP/1.1 server: every response is rendered once at start
 (identity and gzip), so serving costs little more than TLS and a socket write. It listens on
 127.0.0.1 … 127.0.0.K, one "host" per address, to stand in for a batch spanning K sites.
-`--latency-ms` delays every response (robots.txt included) without using CPU.
+`--latency-ms` delays every response (robots.txt included) without using CPU; with
+`--latency-median-ms`, `--latency-p90-ms` and `--latency-cap-ms` each response is delayed by its
+own draw from that lognormal distribution instead (capped), as real origins answer.
 
 Run: python -m bench.site --pages N --hosts K --latency-ms M --ready FILE
 It writes {"port", "ca", "hosts"} to FILE once listening; GET /__stats answers counters.
@@ -15,8 +17,11 @@ import argparse
 import asyncio
 import gzip
 import json
+import math
+import random
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,11 +78,26 @@ def routes(pages: int, seed: int) -> dict[str, Response]:
     return table
 
 
+#: z-score of the 90th percentile of the standard normal distribution.
+Z90 = 1.2815515655446004
+
+
+def lognormal(median: float, p90: float, cap: float, seed: int = 1) -> Callable[[], float]:
+    """Draws (seconds) from the lognormal with this median and 90th percentile, capped.
+
+    median 0.5 s and p90 1.8 s give sigma 1.0: p99 5.1 s, mean 0.82 s before the cap.
+    """
+    rng = random.Random(seed)
+    mu, sigma = math.log(median), math.log(p90 / median) / Z90
+    return lambda: min(cap, rng.lognormvariate(mu, sigma))
+
+
 class Site:
     """The server: routes, latency, counters."""
 
-    def __init__(self, table: dict[str, Response], latency: float) -> None:
-        self.table, self.latency, self.stats = table, latency, Stats()
+    def __init__(self, table: dict[str, Response], latency: float | Callable[[], float]) -> None:
+        self.table, self.stats = table, Stats()
+        self.delay = latency if callable(latency) else (lambda: latency)
         self.missing = build(b"not found", "text/plain", "404 Not Found")
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -97,8 +117,9 @@ class Site:
                     for k, _, v in (h.partition(":") for h in lines[1:])
                 }
                 self.stats.requests += 1
-                if self.latency:
-                    await asyncio.sleep(self.latency)
+                delay = self.delay()
+                if delay:
+                    await asyncio.sleep(delay)
                 data = self.respond(path, headers.get("accept-encoding", ""))
                 writer.write(data)
                 self.stats.bytes_out += len(data)
@@ -140,7 +161,15 @@ async def serve(args: argparse.Namespace) -> None:
     cert = ca.issue_cert(*names, "localhost")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     cert.configure_cert(context)
-    site = Site(routes(args.pages, args.seed), args.latency_ms / 1000)
+    latency: float | Callable[[], float] = args.latency_ms / 1000
+    if args.latency_median_ms:
+        latency = lognormal(
+            args.latency_median_ms / 1000,
+            args.latency_p90_ms / 1000,
+            args.latency_cap_ms / 1000,
+            args.seed,
+        )
+    site = Site(routes(args.pages, args.seed), latency)
     port = args.port or _free_port()
     server = await asyncio.start_server(
         site.handle, host=names, port=port, ssl=context, backlog=1024, reuse_address=True
@@ -159,6 +188,9 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=1000)
     parser.add_argument("--hosts", type=int, default=16)
     parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--latency-median-ms", type=float, default=0.0, help="lognormal latency")
+    parser.add_argument("--latency-p90-ms", type=float, default=1800.0)
+    parser.add_argument("--latency-cap-ms", type=float, default=10000.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ready", required=True, help="file to write {port, ca, hosts} to")

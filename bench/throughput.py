@@ -57,9 +57,12 @@ console = Console(stderr=True, width=120)
 class Site:
     """The fixture site as a subprocess, with its URL list and CA files."""
 
-    def __init__(self, tmp: Path, pages: int, hosts: int, latency_ms: float) -> None:
+    def __init__(
+        self, tmp: Path, pages: int, hosts: int, latency_ms: float, extra: tuple[str, ...] = ()
+    ) -> None:
         ready = tmp / f"site-{latency_ms:g}.json"
         args = ["--pages", str(pages), "--hosts", str(hosts), "--latency-ms", str(latency_ms)]
+        args += list(extra)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.site", *args, "--ready", str(ready)],
             cwd=ROOT,

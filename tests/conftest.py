@@ -150,7 +150,7 @@ class Services:
             [
                 "worker",
                 "--queues",
-                "retrievals",
+                "retrievals,retrievals-batch",
                 "--concurrency",
                 "2",
                 "--hostname",
@@ -195,7 +195,7 @@ class Services:
 
 @pytest.fixture(scope="session")
 def services(env: Env) -> Iterator[Services]:
-    """Real Celery workers (retrievals: prefork, 2 children; sweep: 1) and beat."""
+    """Real Celery workers (both retrieval lanes: prefork, 2 children; sweep: 1) and beat."""
     running = Services(env.tmp)
     running.sweeper.start()
     running.start_worker()

@@ -86,12 +86,20 @@ class Settings(BaseSettings):
     image_fetch_concurrency: int = Field(default=16, ge=1)
     #: Total seconds one image-byte fetch may take (connect, redirects, body).
     image_fetch_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Fair sharing (docs/fairness.md). Defaults per workspace; `evidence quotas set` overrides.
+    #: Open (pending + running) retrievals a workspace may have; beyond it new ones are 429.
+    quota_open_retrievals: int = Field(default=10_000, ge=0)
+    #: Retrievals a workspace may submit per second on the write routes (a token bucket)...
+    quota_write_rate: float = Field(default=100.0, gt=0)
+    #: ...and at once (the bucket's size; a full 1 000-item batch needs 1 000).
+    quota_write_burst: int = Field(default=2_000, ge=1)
+    #: A workspace's single retrievals beyond this many open ones go to the batch lane: a
+    #: client looping over the single route is a batch, and must not crowd out other agents.
+    interactive_open_limit: int = Field(default=20, ge=0)
 
     # MCP server (`evidence mcp`).
     #: How long a retrieve tool call waits for its retrieval to settle before answering.
     mcp_wait_seconds: float = Field(default=20.0, ge=0, le=300)
-    #: How often a waiting retrieve tool call re-reads the retrieval.
-    mcp_poll_seconds: float = Field(default=0.5, gt=0, le=10)
     #: The API key a stdio MCP server acts with (EVIDENCE_API_KEY); over HTTP each request's
     #: Bearer header is used instead.
     api_key: SecretStr | None = None

@@ -1,17 +1,20 @@
 """The `evidence enqueue` client: submit a file of URLs through the HTTP API, optionally wait.
 
-Entries stream from the input (`api.batch.input`) to `concurrency` worker tasks that share one
-iterator, so a 10 000-line file never holds more than `concurrency` requests or coroutines. Each
-line is POSTed with its deterministic mutation_id: re-running a file after a crash or Ctrl-C gets
-200 for what the server already has and creates only the rest. With `wait`, a second phase polls
-`GET .../retrievals/{id}` in rounds (same bound; the interval grows 1.5x per round up to 15 s,
-and a retrieval is not asked again before its last answer's `Retry-After` has passed) until
+Entries stream from the input (`api.batch.input`) in chunks of `chunk_size` (at most 1 000, what
+`POST …/retrieve/batch` takes) to `concurrency` worker tasks that share one iterator, so a
+100 000-line file never holds more than `concurrency` chunks in memory. Each line carries its
+deterministic mutation_id: re-running a file after a crash or Ctrl-C gets 200 for what the
+server already has and creates only the rest. The batch answers each item on its own: created
+or known lines are submitted, items refused for a quota (429) are sent again after their
+`Retry-After`, others (400/409) are rejected lines. With `wait`, a second phase watches the
+unsettled retrievals with `POST …/retrievals/batch-get` and `Prefer: wait=N` (the server answers
+as soon as one of them settles), oldest first, at most one request per `poll_interval`, until
 every retrieval is settled or `timeout` seconds pass. How answers are retried:
 `api.batch.http`; the out file and the summary: `api.batch.report`.
 
 Exit codes (the policy: "did every line get into the service?", not "did every fetch work?"):
     0    every entry was valid and submitted (created or already known), whatever the results
-         (unavailable, blocked, still unsettled when `timeout` ran out, 404 while polling);
+         (unavailable, blocked, still unsettled when `timeout` ran out, unknown while waiting);
     1    some entry was invalid, rejected or failed to submit: fix it or re-run to resume;
     2    usage or auth error (bad options, unreadable input, CSV without `url`, 401/403);
     130  interrupted (Ctrl-C): re-run the same command to resume.
@@ -21,7 +24,7 @@ Progress, per-line problems and the closing summary go to `console` (stderr by d
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -38,8 +41,12 @@ from api.batch.http import (
     auth_message,
     backoff_delay,
     error_of,
+    item_auth_message,
+    item_error,
+    item_retry_after,
     parse_retry_after,
-    retrieval_of,
+    results_of,
+    retrievals_of,
 )
 from api.batch.input import (
     STDIN,
@@ -54,13 +61,15 @@ from api.batch.input import (
 from api.batch.report import EXIT_INTERRUPTED, EXIT_USAGE, Report, Tally, exit_code, summary_table
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
-DEFAULT_CONCURRENCY = 8
-RETRIEVE_PATH = "/research-api/evidence/retrieve"
-RETRIEVAL_PATH = "/research-api/evidence/retrievals/{id}"
+DEFAULT_CONCURRENCY = 4
+BATCH_PATH = "/research-api/evidence/retrieve/batch"
+BATCH_GET_PATH = "/research-api/evidence/retrievals/batch-get"
+#: Most items (or ids) the API takes in one batch request.
+MAX_CHUNK = 1000
+#: The long-poll asked of the API (`Prefer: wait=N`; the API caps it at 30 s).
+LONG_POLL_SECONDS = 30
 UNSETTLED_STATES = frozenset({"pending", "running"})
-REQUEST_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
-POLL_BACKOFF = 1.5  # each poll round waits 1.5x longer than the last...
-MAX_POLL_INTERVAL = 15.0  # ...up to 15 s (or poll_interval, if larger)
+REQUEST_TIMEOUT = httpx.Timeout(60.0, connect=10.0)  # a long-poll answers within 30 s
 PLAIN_PROGRESS_SECONDS = 5.0  # how often a non-terminal console gets a progress line
 T = TypeVar("T")
 
@@ -79,6 +88,7 @@ class EnqueueOptions:
     wait: bool
     out: Path | None
     batch: str | None
+    chunk_size: int = MAX_CHUNK
     poll_interval: float = 1.0
     timeout: float | None = None  # give up waiting after this many seconds; count unsettled
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -95,6 +105,8 @@ def validate_options(options: EnqueueOptions) -> str | None:
         return f"--api must be an http(s) URL, got {options.api!r}"
     if options.concurrency < 1:
         return "--concurrency must be at least 1"
+    if not 1 <= options.chunk_size <= MAX_CHUNK:
+        return f"--chunk-size must be from 1 to {MAX_CHUNK}"
     if options.poll_interval <= 0 or (options.timeout is not None and options.timeout < 0):
         return "the poll interval must be positive and the timeout not negative"
     problem = check_kind(options.kind)
@@ -127,7 +139,16 @@ class Pending:
     mutation_id: str
     retrieval: dict[str, Any]
     done: bool = False
-    not_before: float = 0.0  # the API's Retry-After: not polled again before this (loop time)
+
+
+@dataclass
+class Item:
+    """A valid line on its way in: its body, and how often it was refused for a quota."""
+
+    line: Line
+    mutation_id: str
+    body: dict[str, Any]
+    refusals: int = 0
 
 
 class Batch:
@@ -151,7 +172,8 @@ class Batch:
             ticker = asyncio.create_task(self.report.tick(PLAIN_PROGRESS_SECONDS))
         try:
             with self.report.progress:
-                await drain(read_input(o.file, o.kind, o.language), self.submit, o.concurrency)
+                chunks = self.chunks(read_input(o.file, o.kind, o.language))
+                await drain(chunks, self.submit, o.concurrency)
                 if self.waiting:
                     await self.wait_all()
         finally:
@@ -159,52 +181,107 @@ class Batch:
                 ticker.cancel()
             self.note(self.tally.line())
 
-    async def submit(self, entry: Line | LineError) -> None:
-        """Submit one entry, or report it as invalid, and record the outcome."""
-        self.tally.read += 1
-        if isinstance(entry, LineError):
-            self.tally.invalid += 1
-            self.note(f"line {entry.number}: invalid: {entry.message}")
-            error = {"code": "invalid_line", "message": entry.message}
-            self.write({"line": entry.number, "url": None, "error": error})
-            return
-        o = self.options
-        mid = str(mutation_id(o.workspace, entry.kind, entry.language, entry.url, o.batch))
-        body = {"url": entry.url, "kind": entry.kind, "workspace_id": str(o.workspace)}
-        body |= {"mutation_id": mid} | ({"language": entry.language} if entry.language else {})
-        outcome, answer = await self.post(body)
+    def chunks(self, entries: Iterable[Line | LineError]) -> Iterator[list[Item]]:
+        """Group valid entries into chunks of `chunk_size`; report invalid ones on the way."""
+        o, chunk = self.options, []
+        for entry in entries:
+            self.tally.read += 1
+            if isinstance(entry, LineError):
+                self.tally.invalid += 1
+                self.note(f"line {entry.number}: invalid: {entry.message}")
+                error = {"code": "invalid_line", "message": entry.message}
+                self.write({"line": entry.number, "url": None, "error": error})
+                continue
+            mid = str(mutation_id(o.workspace, entry.kind, entry.language, entry.url, o.batch))
+            body = {"url": entry.url, "kind": entry.kind, "workspace_id": str(o.workspace)}
+            body |= {"mutation_id": mid} | ({"language": entry.language} if entry.language else {})
+            chunk.append(Item(entry, mid, body))
+            if len(chunk) >= o.chunk_size:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    async def submit(self, chunk: list[Item]) -> None:
+        """Submit one chunk; send items refused for a quota again after their Retry-After."""
+        policy = self.options.retry
+        while chunk:
+            outcome, answer = await self.post(chunk)
+            if outcome != "answered":
+                for item in chunk:
+                    self.refused(item, outcome, answer)
+                return
+            again: list[Item] = []
+            wait = 0.0
+            for item, result in zip(chunk, answer["results"], strict=True):
+                status = result.get("status")
+                if status in (200, 202):
+                    self.accepted(item, "created" if status == 202 else "known", result)
+                elif status in AUTH_STATUSES:
+                    raise AuthError(item_auth_message(result))
+                elif status in RETRY_STATUSES and item.refusals + 1 < policy.attempts:
+                    item.refusals += 1
+                    again.append(item)
+                    wait = max(wait, item_retry_after(result) or 0.0)
+                else:
+                    outcome = "gave_up" if status in RETRY_STATUSES else "rejected"
+                    self.refused(item, outcome, item_error(result), item.refusals + 1)
+            if again:
+                attempt = max(item.refusals for item in again)
+                await asyncio.sleep(backoff_delay(policy, attempt, wait))
+            chunk = again
+
+    def accepted(self, item: Item, outcome: str, result: dict[str, Any]) -> None:
+        """Count a created or known line; keep it for the wait, or write it now."""
         setattr(self.tally, outcome, getattr(self.tally, outcome) + 1)
-        pending = Pending(entry, mid, answer)
-        if outcome in ("rejected", "gave_up"):
-            self.note(f"line {entry.number}: not submitted: {answer.get('message')} ({entry.url})")
-            self.write(
-                {"line": entry.number, "url": entry.url, "mutation_id": mid, "error": answer}
-            )
-        elif o.wait and answer.get("state") in UNSETTLED_STATES:
+        pending = Pending(item.line, item.mutation_id, dict(result["retrieval"]))
+        if self.options.wait and pending.retrieval.get("state") in UNSETTLED_STATES:
             self.waiting.append(pending)
         else:
             self.finish(pending)
         self.refresh()
 
-    async def post(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """POST one line, retrying transient failures: (outcome, retrieval or error)."""
+    def refused(
+        self, item: Item, outcome: str, error: dict[str, Any], attempts: int | None = None
+    ) -> None:
+        """Count and report a line that did not get in (rejected, or given up on)."""
+        setattr(self.tally, outcome, getattr(self.tally, outcome) + 1)
+        error = dict(error)
+        if outcome == "gave_up" and attempts is not None:
+            error["message"] = f"{error.get('message')} (gave up after {attempts} attempts)"
+        line = item.line
+        self.note(f"line {line.number}: not submitted: {error.get('message')} ({line.url})")
+        self.write(
+            {"line": line.number, "url": line.url, "mutation_id": item.mutation_id}
+            | {"error": error}
+        )
+        self.refresh()
+
+    async def post(self, chunk: list[Item]) -> tuple[str, dict[str, Any]]:
+        """POST one chunk, retrying transient failures: (outcome, answer or error).
+
+        `answered` with the batch's body, `rejected` when the API refused the request as a
+        whole (it never should: the client builds valid envelopes), `gave_up` after the
+        policy's attempts. Resending a chunk is safe: the mutation ids make it idempotent.
+        """
         policy = self.options.retry
         error: dict[str, Any] = {}
         for attempt in range(1, policy.attempts + 1):
             retry_after = None
             try:
-                response = await self.client.post(RETRIEVE_PATH, json=body)
+                payload = {"items": [item.body for item in chunk]}
+                response = await self.client.post(BATCH_PATH, json=payload)
             except httpx.TransportError as exc:
                 error = {"code": "transport_error", "message": f"{type(exc).__name__}: {exc}"}
             else:
                 status = response.status_code
-                retrieval = retrieval_of(response) if status in (200, 202) else None
-                if retrieval is not None:
-                    return ("created" if status == 202 else "known"), retrieval
+                answer = results_of(response, len(chunk)) if status == 200 else None
+                if answer is not None:
+                    return "answered", answer
                 if status in AUTH_STATUSES:
                     raise AuthError(auth_message(response))
                 error = error_of(response)
-                if status not in RETRY_STATUSES:
+                if status not in RETRY_STATUSES and status != 200:
                     return "rejected", error
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
             if attempt < policy.attempts:
@@ -213,60 +290,70 @@ class Batch:
         return "gave_up", error
 
     async def wait_all(self) -> None:
-        """Poll unsettled retrievals in rounds until all settle or the timeout passes."""
+        """Watch the unsettled retrievals, oldest first, until all settle or the time is up.
+
+        Each round long-polls the oldest `chunk_size` unsettled ones (the API answers as soon
+        as one of them settles) and takes at least `poll_interval`, so a round reports what
+        settled meanwhile together. When the timeout comes, one last round reads every line.
+        """
         o, loop = self.options, asyncio.get_running_loop()
         deadline = None if o.timeout is None else loop.time() + o.timeout
-        interval = o.poll_interval
         self.report.waiting_for(self.tally.settled + len(self.waiting))
-        while self.waiting and (deadline is None or loop.time() < deadline):
-            last = deadline is not None and deadline - loop.time() <= interval
-            await asyncio.sleep(
-                interval if deadline is None else min(interval, deadline - loop.time())
+        while self.waiting:
+            started = loop.time()
+            remaining = None if deadline is None else deadline - started
+            if remaining is not None and remaining <= 0:
+                break
+            wait = (
+                LONG_POLL_SECONDS if remaining is None else int(min(LONG_POLL_SECONDS, remaining))
             )
-            await self.poll_round(full=last)
+            await self.read(self.waiting[: o.chunk_size], wait)
             self.waiting = [pending for pending in self.waiting if not pending.done]
-            interval = min(interval * POLL_BACKOFF, max(MAX_POLL_INTERVAL, o.poll_interval))
+            spent = loop.time() - started
+            pause = o.poll_interval - spent
+            if remaining is not None:
+                pause = min(pause, deadline - loop.time())  # type: ignore[operator]
+            if self.waiting and pause > 0:
+                await asyncio.sleep(pause)
+        for start in range(0, len(self.waiting), o.chunk_size):  # the last look at every line
+            await self.read(self.waiting[start : start + o.chunk_size], 0)
+        self.waiting = [pending for pending in self.waiting if not pending.done]
         self.tally.unsettled += len(self.waiting)
         for pending in self.waiting:
             self.finish(pending)
 
-    async def poll_round(self, full: bool) -> None:
-        """Poll the oldest first, `concurrency` at a time, up to a group where none settled.
+    async def read(self, group: list[Pending], wait: int) -> None:
+        """Read a group of retrievals (long-polling `wait` s); settle what has settled.
 
-        Workers take retrievals in submission order, so the ones after such a group have not
-        settled either: a round costs the settled ones plus one group, not every line again.
-        A line whose last answer said `Retry-After` waits that long. The round before the
-        timeout (`full`) polls every line.
+        A transient failure leaves the group for the next round (after a short pause).
         """
-        size, now = self.options.concurrency, asyncio.get_running_loop().time()
-        waiting = [pending for pending in self.waiting if full or pending.not_before <= now]
-        for start in range(0, len(waiting), size):
-            group = waiting[start : start + size]
-            await drain(group, self.poll, size)
-            if not full and not any(pending.done for pending in group):
-                return
-
-    async def poll(self, pending: Pending) -> None:
-        """GET one retrieval; settle it, or leave it for the next round on a transient error."""
+        ids = [pending.retrieval["id"] for pending in group]
+        headers = {"Prefer": f"wait={wait}"} if wait > 0 else {}
         try:
-            response = await self.client.get(RETRIEVAL_PATH.format(id=pending.retrieval["id"]))
+            response = await self.client.post(BATCH_GET_PATH, json={"ids": ids}, headers=headers)
         except httpx.TransportError:
+            await asyncio.sleep(self.options.poll_interval)
             return
         if response.status_code in AUTH_STATUSES:
             raise AuthError(auth_message(response))
-        retrieval = retrieval_of(response) if response.status_code == 200 else None
-        if response.status_code == 404:
-            self.tally.lost, pending.done, line = self.tally.lost + 1, True, pending.line
-            self.note(f"line {line.number}: retrieval {pending.retrieval['id']} not found")
-            record = {"line": line.number, "url": line.url, "mutation_id": pending.mutation_id}
-            self.write(record | {"error": error_of(response)})
-        elif retrieval is not None:
-            pending.retrieval = retrieval
-            if retrieval.get("state") not in UNSETTLED_STATES:
-                self.finish(pending)
-            elif (wait := parse_retry_after(response.headers.get("Retry-After"))) is not None:
-                wait = min(wait, self.options.retry.max_retry_after)
-                pending.not_before = asyncio.get_running_loop().time() + wait
+        found = retrievals_of(response, len(group)) if response.status_code == 200 else None
+        if found is None:
+            await asyncio.sleep(self.options.poll_interval)
+            return
+        for pending, retrieval in zip(group, found, strict=True):
+            if retrieval is None:
+                self.lost(pending)
+            else:
+                pending.retrieval = retrieval
+                if retrieval.get("state") not in UNSETTLED_STATES:
+                    self.finish(pending)
+
+    def lost(self, pending: Pending) -> None:
+        """A retrieval the API no longer knows (or this key cannot read)."""
+        self.tally.lost, pending.done, line = self.tally.lost + 1, True, pending.line
+        self.note(f"line {line.number}: retrieval {pending.retrieval['id']} not found")
+        record = {"line": line.number, "url": line.url, "mutation_id": pending.mutation_id}
+        self.write(record | {"error": {"code": "not_found", "message": "no such retrieval"}})
 
     def finish(self, pending: Pending) -> None:
         """Count and write a line's final (or last known) retrieval."""

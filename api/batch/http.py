@@ -1,10 +1,12 @@
 """How `evidence enqueue` reads the API's answers: retries, back-off, errors, auth.
 
-Answers: 202/200 submitted. 401/403 stop the batch (the key is wrong; nothing else will work).
-503 (and 429/500/502/504, which proxies also send) and transport errors (connect, read, timeouts,
-dropped connections) are retried with capped exponential back-off, full jitter and at least
-Retry-After, then the line counts as failed to submit; retrying a POST is safe because the server
-deduplicates on the mutation_id. Any other answer (400/409/422...) rejects that line only.
+A batch request: 200 with one result per item. 401/403 stop the run (the key is wrong; nothing
+else will work). 503 (and 429/500/502/504, which proxies also send) and transport errors
+(connect, read, timeouts, dropped connections) are retried with capped exponential back-off,
+full jitter and at least Retry-After, then every line of the chunk counts as failed to submit;
+resending is safe because the server deduplicates on the mutation_id. Each item's result is read
+the same way: 202/200 submitted, 403 stops the run, 429 (a workspace quota) is sent again after
+its Retry-After, any other (400/409) rejects that line only.
 """
 
 from __future__ import annotations
@@ -76,15 +78,56 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
     return {**error, "http_status": response.status_code}
 
 
-def retrieval_of(response: httpx.Response) -> dict[str, Any] | None:
-    """Take the retrieval from a 200/202 body (`{"retrieval": ...}` or the bare object)."""
+def results_of(response: httpx.Response, expected: int) -> dict[str, Any] | None:
+    """The batch's `{"results": [...]}` when it answers every item, else None."""
     try:
         body = response.json()
     except ValueError:
         return None
-    if isinstance(body, dict) and isinstance(body.get("retrieval"), dict):
-        return dict(body["retrieval"])
-    return dict(body) if isinstance(body, dict) and "state" in body else None
+    results = body.get("results") if isinstance(body, dict) else None
+    if not isinstance(results, list) or len(results) != expected:
+        return None
+    if not all(isinstance(r, dict) and isinstance(r.get("status"), int) for r in results):
+        return None
+    return body  # type: ignore[no-any-return]
+
+
+def retrievals_of(response: httpx.Response, expected: int) -> list[dict[str, Any] | None] | None:
+    """The batch read's `retrievals` (one per id asked, null for unknown) when well-formed."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    found = body.get("retrievals") if isinstance(body, dict) else None
+    if not isinstance(found, list) or len(found) != expected:
+        return None
+    if not all(item is None or isinstance(item, dict) for item in found):
+        return None
+    return found
+
+
+def item_error(result: dict[str, Any]) -> dict[str, Any]:
+    """One item's error envelope, with its status, as the out file records errors."""
+    error = result.get("error")
+    if not isinstance(error, dict):
+        error = {"code": f"http_{result.get('status')}", "message": "no error given"}
+    return {**error, "http_status": result.get("status")}
+
+
+def item_retry_after(result: dict[str, Any]) -> float | None:
+    """Seconds a refused item should wait (`details.retry_after_seconds` of its error)."""
+    details = (result.get("error") or {}).get("details") or {}
+    value = details.get("retry_after_seconds") if isinstance(details, dict) else None
+    return float(value) if isinstance(value, int | float) and value >= 0 else None
+
+
+def item_auth_message(result: dict[str, Any]) -> str:
+    """Explain an item's 403 in terms of what to fix."""
+    detail = item_error(result).get("message") or ""
+    return (
+        f"the API refused the key (403 {detail}); check --key or "
+        "EVIDENCE_API_KEY and that the key may use this workspace with scope agent:research"
+    )
 
 
 def auth_message(response: httpx.Response) -> str:

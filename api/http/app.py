@@ -13,7 +13,7 @@ from api.http import metrics, openapi
 from api.http.body_limit import BodyLimit
 from api.http.middleware import RequestMetrics
 from api.http.routes import briefs, chunks, evidence, health, images, retrievals
-from api.services import image_fetch
+from api.services import image_fetch, waiters
 from api.services import retrievals as retrieval_service
 
 #: Longest the API waits at start for its warm-up before taking requests anyway.
@@ -25,7 +25,7 @@ API_THREADS = 8
 
 @asynccontextmanager
 async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-    """Size the thread pool; warm the database pool and the broker connection."""
+    """Size the thread pool; warm the pools; listen for settle notifications."""
     anyio.to_thread.current_default_thread_limiter().total_tokens = API_THREADS
     with anyio.move_on_after(WARM_UP_SECONDS):
         await anyio.to_thread.run_sync(retrieval_service.warm_up, abandon_on_cancel=True)
@@ -33,8 +33,10 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     # only what requests allocate, not the start-up heap (docs/performance.md, "The API").
     gc.collect()
     gc.freeze()
+    waiters.hub()  # subscribe to settle notifications now, not on the first long-poll
     yield
     image_fetch.close_image_fetcher()
+    await waiters.close_hub()
 
 
 DESCRIPTION = """Fetch public pages and caption files into immutable evidence revisions, and

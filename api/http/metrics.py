@@ -6,9 +6,13 @@ Two kinds of numbers, chosen so one scrape of any API process describes the whol
   created (by kind). Set `PROMETHEUS_MULTIPROC_DIR` when running several API processes
   (`evidence api --workers N`) and they are summed across them (prometheus-client's own mode).
 * Read at scrape time from where the truth lives: settled retrievals by kind, state, status and
-  reason, rows by state, queue depth and oldest open age from the database; the broker's queue
-  length from Redis; fetch durations and sizes from the counters workers keep in Redis
+  reason, rows by state, queue depth and oldest open age (in all and per lane), and open
+  retrievals of the busiest workspaces from the database; the broker's queue lengths from
+  Redis; fetch durations and sizes from the counters workers keep in Redis
   (`worker.fetch.fleet_metrics`). Those are cheap aggregate reads, cached for `CACHE_SECONDS`.
+
+Per-workspace series are bounded: the `TOP_WORKSPACES` workspaces with the most open
+retrievals get their own label value, all others are summed under `workspace="other"`.
 """
 
 from __future__ import annotations
@@ -39,8 +43,10 @@ from prometheus_client.registry import Collector
 from worker import clock
 from worker.fetch import fleet_metrics as fetch_metrics
 from worker.jobs import outbox
+from worker.jobs.celery_app import LANE_QUEUES
 from worker.states import RetrievalState as S
 from worker.store import db, retrievals
+from worker.store.models import LANES
 
 #: Seconds a scrape's database/broker/Redis reads are reused for (0 = always fresh).
 CACHE_SECONDS = float(os.environ.get("EVIDENCE_METRICS_CACHE_SECONDS", "5"))
@@ -48,6 +54,8 @@ OPEN_STATES = (S.PENDING.value, S.RUNNING.value)
 #: prometheus-client leaves these two unannotated: their signatures, so calls to them type-check.
 _disable_created_metrics: Callable[[], None] = disable_created_metrics
 _multiprocess_collector: Callable[[CollectorRegistry], object] = MultiProcessCollector
+#: Workspaces with their own `evidence_workspace_open_retrievals` series (the rest: "other").
+TOP_WORKSPACES = 10
 REGISTRY = CollectorRegistry()
 _disable_created_metrics()  # `_created` series only add noise to every counter
 
@@ -97,18 +105,29 @@ class StateCollector(Collector):
         up.add_metric(["database"], float(rows is not None))
         if rows is not None:
             yield from _retrieval_families(rows)
-        queued = outbox.queue_length()
-        up.add_metric(["broker"], float(queued is not None))
+        queues = outbox.queue_lengths(list(LANE_QUEUES.values()))
+        up.add_metric(["broker"], float(queues is not None))
         depth = GaugeMetricFamily(
             "evidence_queue_depth",
-            "Work waiting: pending retrievals in the database, messages in the broker queue.",
+            "Work waiting: pending retrievals in the database, messages in the broker queues.",
             labels=["source"],
+        )
+        lanes = GaugeMetricFamily(
+            "evidence_lane_queue_depth",
+            "Work waiting per lane: pending retrievals in the database, messages in the lane's "
+            "broker queue.",
+            labels=["lane", "source"],
         )
         if rows is not None:
             depth.add_metric(["database"], float(rows.pending))
-        if queued is not None:
-            depth.add_metric(["broker"], float(queued))
+            for lane in LANES:
+                lanes.add_metric([lane, "database"], float(rows.lanes.get(lane, (0, None))[0]))
+        if queues is not None:
+            depth.add_metric(["broker"], float(sum(queues.values())))
+            for lane in LANES:
+                lanes.add_metric([lane, "broker"], float(queues[LANE_QUEUES[lane]]))
         yield depth
+        yield lanes
         stats = fetch_metrics.read_stats()
         up.add_metric(["redis"], float(stats is not None))
         if stats is not None:
@@ -122,6 +141,10 @@ class Rows:
     def __init__(self) -> None:
         self.groups: list[tuple[str, str, str | None, str | None, int]] = []
         self.oldest: dict[str, float | None] = {}
+        #: Per lane: (pending retrievals, age in seconds of the oldest one or None).
+        self.lanes: dict[str, tuple[int, float | None]] = {}
+        #: Open retrievals by (workspace, lane, state).
+        self.open: list[tuple[str, str, str, int]] = []
 
     @property
     def pending(self) -> int:
@@ -133,8 +156,14 @@ def _database_rows() -> Rows | None:
     rows = Rows()
     try:
         with db.session_scope(readonly=True) as session:
+            if db.dialect(session) == db.POSTGRESQL:
+                # One snapshot for every count of the scrape, so the series add up.
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            now = clock.now()
             rows.groups = retrievals.count_by_outcome(session)
-            rows.oldest = retrievals.oldest_open_age(session, clock.now())
+            rows.oldest = retrievals.oldest_open_age(session, now)
+            rows.lanes = retrievals.pending_by_lane(session, now)
+            rows.open = retrievals.open_by_workspace(session)
     except Exception:  # noqa: BLE001  (a scrape reports the database as down, never fails)
         return None
     return rows
@@ -165,7 +194,49 @@ def _retrieval_families(rows: Rows) -> Iterator[Metric]:
     )
     for state, age in sorted(rows.oldest.items()):
         oldest.add_metric([state], age or 0.0)
-    yield from (by_state, settled, oldest)
+    lane_age = GaugeMetricFamily(
+        "evidence_lane_oldest_pending_age_seconds",
+        "Age of the oldest pending retrieval of each lane: how long its work waits for a worker "
+        "(0 when there is none).",
+        labels=["lane"],
+    )
+    for lane in LANES:
+        lane_age.add_metric([lane], rows.lanes.get(lane, (0, None))[1] or 0.0)
+    yield from (by_state, settled, oldest, lane_age, *_workspace_families(rows))
+
+
+def top_workspaces(
+    open_rows: list[tuple[str, str, str, int]], top: int = TOP_WORKSPACES
+) -> dict[tuple[str, str, str], int]:
+    """Open counts by (workspace, lane, state) for the `top` busiest workspaces; "other" sums
+    every other workspace, so the label's values stay bounded whatever the number of tenants."""
+    totals: dict[str, int] = {}
+    for workspace, _, _, n in open_rows:
+        totals[workspace] = totals.get(workspace, 0) + n
+    busiest = set(sorted(totals, key=lambda w: (-totals[w], w))[:top])
+    out: dict[tuple[str, str, str], int] = {}
+    for workspace, lane, state, n in open_rows:
+        key = (workspace if workspace in busiest else "other", lane, state)
+        out[key] = out.get(key, 0) + n
+    return out
+
+
+def _workspace_families(rows: Rows) -> Iterator[Metric]:
+    family = GaugeMetricFamily(
+        "evidence_workspace_open_retrievals",
+        f"Open retrievals of the {TOP_WORKSPACES} workspaces with the most, by lane and state; "
+        'workspace="other" sums the rest.',
+        labels=["workspace", "lane", "state"],
+    )
+    for (workspace, lane, state), n in sorted(top_workspaces(rows.open).items()):
+        family.add_metric([workspace, lane, state], float(n))
+    active = GaugeMetricFamily(
+        "evidence_workspaces_with_open_retrievals",
+        "Workspaces that have at least one open retrieval.",
+    )
+    active.add_metric([], float(len({w for w, _, _, _ in rows.open})))
+    yield family
+    yield active
 
 
 def _fetch_families(stats: fetch_metrics.FetchStats) -> Iterator[Metric]:

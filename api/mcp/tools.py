@@ -27,7 +27,7 @@ from api.auth import Principal
 from api.errors import ApiError, invalid_input, validation_error
 from api.schema_check import input_validator
 from api.schemas import RetrieveRequest
-from api.services import retrievals
+from api.services import retrievals, waiters
 from api.services.payloads import RetrievalPayload
 from worker import contract
 from worker.settings import get_settings
@@ -140,22 +140,30 @@ def _read_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> RetrievalP
 
 
 async def _settle(principal: Principal, payload: RetrievalPayload) -> RetrievalPayload:
-    """Re-read the retrieval until it settles or the configured wait runs out."""
-    settings = get_settings()
-    deadline = anyio.current_time() + settings.mcp_wait_seconds
+    """Wait up to the configured time for the retrieval to settle; answer it as it stands.
+
+    Woken by the settle notification (`api.services.waiters`), like `GET …/retrievals/{id}`
+    with `Prefer: wait=N`: no re-reading on a timer, no thread held while waiting.
+    """
+    seconds = get_settings().mcp_wait_seconds
+    if payload["retrieval"]["state"] not in OPEN_STATES or seconds <= 0:
+        return payload  # no wait: the answer is the retrieval as the call recorded it
     retrieval_id = uuid.UUID(payload["retrieval"]["id"])
-    while payload["retrieval"]["state"] in OPEN_STATES:
-        remaining = deadline - anyio.current_time()
-        if remaining <= 0:
-            break
-        await anyio.sleep(min(settings.mcp_poll_seconds, remaining))
+
+    def read() -> RetrievalPayload:
         try:
-            payload = await anyio.to_thread.run_sync(_read_retrieval, principal, retrieval_id)
+            return _read_retrieval(principal, retrieval_id)
         except ApiError as exc:
             if exc.code != "not_found":
                 raise
-            break  # cannot happen for a retrieval this key just recorded; answer what we have
-    return payload
+            return payload  # cannot happen for a retrieval this key just recorded
+
+    return await waiters.wait_until(
+        read,
+        [str(retrieval_id)],
+        lambda answer: answer["retrieval"]["state"] not in OPEN_STATES,
+        seconds,
+    )
 
 
 @tool(
@@ -170,7 +178,17 @@ async def _settle(principal: Principal, payload: RetrievalPayload) -> RetrievalP
 )
 async def evidence_retrieve(principal: Principal, request: RetrieveRequest) -> RetrievalPayload:
     """Record the retrieval as `POST /research-api/evidence/retrieve` does; wait a bounded time."""
-    payload, _created = await anyio.to_thread.run_sync(
-        retrievals.submit_retrieval, principal, request
-    )
-    return await _settle(principal, payload)
+    try:
+        submitted = await anyio.to_thread.run_sync(retrievals.submit_retrieval, principal, request)
+    except ApiError as exc:
+        raise _for_mcp(exc) from None
+    return await _settle(principal, submitted.payload)
+
+
+def _for_mcp(error: ApiError) -> ApiError:
+    """A quota refusal in the MCP contract's terms: it has no `rate_limited` code, so it is
+    `upstream_unavailable` (try again later) with the reason and when, like the read tools'."""
+    if error.code != "rate_limited":
+        return error
+    details = {"reason": "rate_limited", **(error.details or {})}
+    return ApiError(503, "upstream_unavailable", error.message, details=details)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict, cast
 
+import sqlalchemy as sa
+
 from worker.clock import as_utc, isoformat
 from worker.content.results import EvidenceRef, Result
 from worker.store.models import Evidence, EvidenceRevision, Retrieval
@@ -30,7 +32,8 @@ class RetrievalPayload(TypedDict):
     retrieval: RetrievalDoc
 
 
-def retrieval_payload(row: Retrieval) -> RetrievalPayload:
+def retrieval_payload(row: Retrieval | sa.Row[Any]) -> RetrievalPayload:
+    # A plain row (`worker.store.retrievals.read_row`) has the model's attributes.
     """`{"retrieval": …}` exactly as `evidence_retrieve.output.json` describes it."""
     evidence: EvidenceRef | None = None
     if row.evidence_id is not None and row.evidence_revision is not None:

@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 from sqlalchemy.exc import SQLAlchemyError
@@ -20,13 +20,20 @@ from api.auth import Principal, authenticate
 from api.errors import ApiError, invalid_input, not_found
 from api.http.metrics import RETRIEVALS_CREATED
 from api.schemas import RetrieveRequest
-from api.services.payloads import RetrievalPayload, evidence_payload, retrieval_payload
+from api.services import quotas
+from api.services.payloads import (
+    RetrievalDoc,
+    RetrievalPayload,
+    evidence_payload,
+    retrieval_payload,
+)
 from worker import clock
-from worker.jobs import outbox
+from worker.jobs import notify, outbox
 from worker.settings import get_settings
 from worker.states import RetrievalState as S
 from worker.store import db, retrievals
 from worker.store import evidence as evidence_store
+from worker.store.models import LANE_INTERACTIVE
 
 log = structlog.get_logger(__name__)
 
@@ -46,50 +53,129 @@ BACKLOG_CACHE_SECONDS = 1.0
 WARM_CONNECTIONS = 10
 
 
-def submit_retrieval(
-    principal: Principal, request: RetrieveRequest
-) -> tuple[RetrievalPayload, bool]:
-    """Record the retrieval (or find it), publish it if new; return (payload, created)."""
-    principal.require(request.workspace)
-    ttl = timedelta(seconds=get_settings().receipt_ttl_seconds)
-    new = retrievals.NewRetrieval(
+def new_retrieval(request: RetrieveRequest) -> retrievals.NewRetrieval:
+    """What a retrieve body asks the store to record."""
+    return retrievals.NewRetrieval(
         workspace_id=request.workspace,
         mutation_id=request.mutation,
         url=request.url,
         kind=request.kind,
         language=request.language,
     )
+
+
+def conflict_error() -> ApiError:
+    """The 409 of a known mutation_id sent with another url, kind or language."""
+    return invalid_input(
+        "this mutation_id was already used with a different url, kind or language",
+        field="mutation_id",
+        status=409,
+    )
+
+
+class Submitted(NamedTuple):
+    """A single submission's answer: the payload, whether it was created, and its lane."""
+
+    payload: RetrievalPayload
+    created: bool
+    lane: str
+
+
+def submit_retrieval(principal: Principal, request: RetrieveRequest) -> Submitted:
+    """Record a single retrieval (or find it), publish it if new; its payload, whether it was
+    created, and its lane.
+
+    A retrieval submitted alone goes to the interactive lane, unless its workspace already has
+    `interactive_open_limit` open ones there (then it joins the batch lane). Quotas: one token
+    of the workspace's write rate, and room under its open ceiling (a replay needs none).
+    """
+    principal.require(request.workspace)
+    settings = get_settings()
+    limits = quotas.limits_for(request.workspace)
+    grant = quotas.limiter.take(request.workspace, 1, limits)
+    ttl = timedelta(seconds=settings.receipt_ttl_seconds)
+    new = new_retrieval(request)
     try:
         row, created = db.with_transient_retry(
-            lambda s: retrievals.create_retrieval(s, new, clock.now(), ttl)
+            lambda s: retrievals.create_within_quota(
+                s,
+                new,
+                clock.now(),
+                ttl,
+                limits.open_retrievals,
+                settings.interactive_open_limit,
+                rate_ok=grant.granted == 1,
+            )
         )
     except retrievals.MutationConflict:
-        raise invalid_input(
-            "this mutation_id was already used with a different url, kind or language",
-            field="mutation_id",
-            status=409,
-        ) from None
+        quotas.limiter.refund(request.workspace, grant.granted, limits)
+        raise conflict_error() from None
+    except retrievals.OverQuota as over:
+        quotas.limiter.refund(request.workspace, grant.granted, limits)
+        raise refusal_error(over.reason, limits, grant) from None
+    except SQLAlchemyError:  # nothing was recorded (a 503): give the token back
+        quotas.limiter.refund(request.workspace, grant.granted, limits)
+        raise
     if created:
+        announce_created([row])
+        if not outbox.publish([row.id], row.lane):
+            db.with_transient_retry(lambda s: retrievals.mark_unpublished(s, [row.id]))
+    else:
+        quotas.limiter.refund(request.workspace, grant.granted, limits)
+    return Submitted(retrieval_payload(row), created, row.lane)
+
+
+def refusal_error(reason: str, limits: quotas.Limits, grant: quotas.Grant) -> ApiError:
+    """The 429 of a new retrieval its workspace's quotas refused (`reason`: open or rate)."""
+    if reason == retrievals.OVER_RATE:
+        return quotas.over_rate(limits, grant.retry_after or 1)
+    return quotas.over_ceiling(limits)
+
+
+def announce_created(rows: list[retrievals.RetrievalRow]) -> None:
+    """Count and log new retrievals (metrics, poll advice)."""
+    for row in rows:
         RETRIEVALS_CREATED.labels(row.kind).inc()
-        backlog.created()
-        ids = {"retrieval_id": str(row.id), "workspace_id": str(row.workspace_id)}
+        backlog.created(row.lane)
+    if len(rows) == 1:
+        ids = {"retrieval_id": str(rows[0].id), "workspace_id": str(rows[0].workspace_id)}
         with structlog.contextvars.bound_contextvars(**ids):
-            log.info("retrieval_created", kind=row.kind)
-            if not outbox.publish([row.id]):
-                db.with_transient_retry(lambda s: retrievals.mark_unpublished(s, row.id))
-                row.published_at = None
-    return retrieval_payload(row), created
+            log.info("retrieval_created", kind=rows[0].kind, lane=rows[0].lane)
+    elif rows:
+        log.info("retrievals_created", count=len(rows), workspace_id=str(rows[0].workspace_id))
 
 
 def read_retrieval(
     session: Session, principal: Principal, retrieval_id: uuid.UUID
 ) -> RetrievalPayload:
     """The retrieval as it stands; 404 when unknown or outside the key's workspaces."""
+    return read_retrieval_advised(session, principal, retrieval_id)[0]
+
+
+def read_retrieval_advised(
+    session: Session, principal: Principal, retrieval_id: uuid.UUID
+) -> tuple[RetrievalPayload, int | None]:
+    """The retrieval as it stands, and the `Retry-After` its answer carries."""
     principal.require(None)
     row = retrievals.read_row(session, retrieval_id)
     if row is None or not principal.can_read(row.workspace_id):
         raise not_found("no such retrieval")
-    return retrieval_payload(row)  # type: ignore[arg-type]  # a row has the model's attributes
+    payload = retrieval_payload(row)
+    return payload, retry_after(payload, row.lane)
+
+
+def read_retrievals(
+    session: Session, principal: Principal, retrieval_ids: list[uuid.UUID]
+) -> list[RetrievalDoc | None]:
+    """The retrievals in the order asked; None for unknown ids and other workspaces' alike."""
+    principal.require(None)
+    rows = retrievals.read_rows(session, retrieval_ids)
+    readable = {
+        row.id: retrieval_payload(row)["retrieval"]
+        for row in rows
+        if principal.can_read(row.workspace_id)
+    }
+    return [readable.get(retrieval_id) for retrieval_id in retrieval_ids]
 
 
 def cancel_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> RetrievalPayload:
@@ -105,7 +191,9 @@ def cancel_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> Retrieval
             cancelled = retrievals.get_retrieval(session, retrieval_id)
         return retrieval_payload(cancelled)  # type: ignore[arg-type]
 
-    return db.with_transient_retry(_cancel)
+    payload = db.with_transient_retry(_cancel)
+    notify.settled([retrieval_id])
+    return payload
 
 
 def read_evidence(
@@ -138,55 +226,70 @@ def poll_delay(state: str, pending: int, rand: Callable[[], float] = random.rand
 
 
 class _Backlog:
-    """The number of pending retrievals, re-counted at most every BACKLOG_CACHE_SECONDS.
+    """Pending retrievals per lane, re-counted at most every BACKLOG_CACHE_SECONDS.
 
-    Between counts it adds the retrievals created since, or a fast-growing backlog is counted
-    too low and its polls all come back early. A process sees only its share of them, so it
-    scales what it saw by the number of API processes (`api_workers`).
+    Between counts it adds the retrievals created since the last one: a count taken while the
+    backlog grows by a few hundred a second is otherwise too low for the next second, and the
+    polls it advises all come back early (measured: at a step from 0 to 200 POST/s, the first
+    second's retrievals were all told 1 s; their polls doubled the API's load in the next
+    second and its p99 rose to 150-220 ms). A process sees only its own share of the new
+    retrievals, so it scales what it saw by the number of API processes (`api_workers`).
+    Per lane, because an interactive retrieval does not wait behind the batch lane: its
+    advice must not grow with another workspace's batch.
     """
 
     def __init__(self) -> None:
-        self._pending = 0
-        self._created_since = 0
+        self._pending: dict[str, int] = {}
+        self._created_since: dict[str, int] = {}
         self._counted_at = -math.inf
         self._lock = threading.Lock()
 
-    def pending(self) -> int:
-        """The last count plus what was created here since; one caller re-counts when stale."""
+    def pending(self, lane: str | None = None) -> int:
+        """The last count plus what was created here since, for one lane or all of them."""
         stale = time.monotonic() - self._counted_at >= BACKLOG_CACHE_SECONDS
         if stale and self._lock.acquire(blocking=False):
             try:
-                created_before = self._created_since
+                created_before = dict(self._created_since)
                 self._pending = _count_pending()
-                self._created_since -= created_before
+                for name, n in created_before.items():
+                    self._created_since[name] = self._created_since.get(name, 0) - n
             except SQLAlchemyError:
                 pass  # keep the last count: advice must never fail the answer it rides on
             finally:
                 self._counted_at = time.monotonic()
                 self._lock.release()
-        return self._pending + self._created_since * get_settings().api_workers
+        scale = get_settings().api_workers
+        lanes = [lane] if lane is not None else list({*self._pending, *self._created_since})
+        return sum(
+            self._pending.get(name, 0) + self._created_since.get(name, 0) * scale for name in lanes
+        )
 
-    def created(self) -> None:
-        """Note a retrieval this process just created (pending until a worker claims it)."""
-        self._created_since += 1  # not atomic across threads: a rare lost one only softens advice
+    def created(self, lane: str = LANE_INTERACTIVE, count: int = 1) -> None:
+        """Note retrievals this process just created (pending until a worker claims them)."""
+        # Not atomic across threads: a rare lost one only softens advice.
+        self._created_since[lane] = self._created_since.get(lane, 0) + count
 
     def clear(self) -> None:
         self._counted_at = -math.inf
-        self._created_since = 0
+        self._created_since = {}
 
 
-def _count_pending() -> int:
+def _count_pending() -> dict[str, int]:
+    """Pending retrievals by lane."""
     with db.session_scope(readonly=True) as session:
-        return retrievals.count_pending(session)
+        return retrievals.count_pending_by_lane(session)
 
 
 backlog = _Backlog()
 
 
-def retry_after(payload: RetrievalPayload) -> int | None:
-    """The `Retry-After` for an answer carrying this retrieval payload; None once it settled."""
+def retry_after(payload: RetrievalPayload, lane: str = LANE_INTERACTIVE) -> int | None:
+    """The `Retry-After` for an answer carrying this retrieval payload; None once it settled.
+
+    A pending retrieval's advice follows the backlog of its own lane.
+    """
     state = payload["retrieval"]["state"]
-    return poll_delay(state, backlog.pending() if state == S.PENDING.value else 0)
+    return poll_delay(state, backlog.pending(lane) if state == S.PENDING.value else 0)
 
 
 def warm_up() -> None:

@@ -11,6 +11,8 @@ from api.http.app import app
 
 ROUTES = [
     ("post", "/research-api/evidence/retrieve"),
+    ("post", "/research-api/evidence/retrieve/batch"),
+    ("post", "/research-api/evidence/retrievals/batch-get"),
     ("get", "/research-api/evidence/retrievals/{retrieval_id}"),
     ("post", "/research-api/evidence/retrievals/{retrieval_id}/cancel"),
     ("get", "/research-api/evidence/{evidence_id}"),
@@ -58,6 +60,35 @@ class TestDocs:
         }
         assert set(schema["required"]) == {"url", "kind", "workspace_id", "mutation_id"}
         assert schema.get("additionalProperties") is False
+
+    def test_batch_routes_document_their_schemas(self, client: TestClient) -> None:
+        """The batch routes name their request bodies and 200 answers; items are retrieve
+        bodies and retrievals are the contract's retrieval object."""
+        document = client.get("/openapi.json").json()
+        schemas = document["components"]["schemas"]
+
+        def schema_of(ref: dict) -> dict:
+            return schemas[ref["$ref"].rsplit("/", 1)[1]]
+
+        paths = document["paths"]
+        batch = paths["/research-api/evidence/retrieve/batch"]["post"]
+        body = schema_of(batch["requestBody"]["content"]["application/json"]["schema"])
+        assert body["required"] == ["items"] and body.get("additionalProperties") is False
+        items = body["properties"]["items"]
+        assert items["maxItems"] == 1000
+        assert items["items"]["$ref"].endswith("/RetrieveRequest")
+        answer = schema_of(batch["responses"]["200"]["content"]["application/json"]["schema"])
+        result = schema_of(answer["properties"]["results"]["items"])
+        assert set(result["properties"]) == {"status", "retrieval", "error"}
+        read = paths["/research-api/evidence/retrievals/batch-get"]["post"]
+        body = schema_of(read["requestBody"]["content"]["application/json"]["schema"])
+        assert body["properties"]["ids"]["maxItems"] == 1000
+        answer = schema_of(read["responses"]["200"]["content"]["application/json"]["schema"])
+        retrieval = answer["properties"]["retrievals"]["items"]["anyOf"][0]
+        assert set(schema_of(retrieval)["properties"]) >= {"id", "state", "result", "evidence"}
+        assert "429" in batch["responses"]
+        get = paths["/research-api/evidence/retrievals/{retrieval_id}"]["get"]
+        assert {"name": "prefer", "in": "header"}.items() <= get["parameters"][1].items()
 
     def test_docs_page(self, client: TestClient) -> None:
         """The interactive docs page is served."""

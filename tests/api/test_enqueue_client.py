@@ -1,4 +1,8 @@
-"""Tests of the `evidence enqueue` client against a real HTTP stand-in of the API on loopback."""
+"""Tests of the `evidence enqueue` client against a real HTTP stand-in of the API on loopback.
+
+The stand-in (`tests.support.fake_api`) serves the batch routes the client uses; the client
+against the real service is `tests/ops/test_enqueue_e2e.py`.
+"""
 
 from __future__ import annotations
 
@@ -131,9 +135,18 @@ class TestSubmit:
     def test_concurrency_is_bounded(self, api: FakeApi, tmp_path: Path) -> None:
         """No more requests are in flight than --concurrency."""
         api.delay_seconds = 0.02
-        assert run_enqueue(options(api, write_list(tmp_path, urls(30)), concurrency=3)) == 0
+        opts = options(api, write_list(tmp_path, urls(30)), concurrency=3, chunk_size=1)
+        assert run_enqueue(opts) == 0
         assert 2 <= api.max_in_flight <= 3
         assert len(api.created) == 30
+
+    def test_chunks_of_chunk_size(self, api: FakeApi, tmp_path: Path) -> None:
+        """Lines go in batch requests of --chunk-size (1 000 by default), in order."""
+        assert run_enqueue(options(api, write_list(tmp_path, urls(2500)), concurrency=1)) == 0
+        assert api.batches == [1000, 1000, 500]
+        assert run_enqueue(options(api, write_list(tmp_path, urls(25)), chunk_size=10)) == 0
+        assert sorted(api.batches[3:]) == [5, 10, 10]
+        assert len(api.created) == 2500
 
     def test_invalid_lines_reported_and_skipped(self, api: FakeApi, tmp_path: Path) -> None:
         """Invalid lines are reported with their number, skipped, and make the exit code 1."""
@@ -222,12 +235,37 @@ class TestRetry:
     def test_gives_up_after_bounded_attempts(self, api: FakeApi, tmp_path: Path) -> None:
         """A line that keeps failing is tried `attempts` times, then counted as failed to submit."""
         api.faults["https://a.example/1"] = ["503"] * 10
-        opts = options(api, write_list(tmp_path, ["https://a.example/1", "https://a.example/2"]))
+        lines = ["https://a.example/1", "https://a.example/2"]
+        opts = options(api, write_list(tmp_path, lines), chunk_size=1)  # a request per line
         assert run_enqueue(opts) == 1
         assert api.attempts["https://a.example/1"] == FAST.attempts
         error = next(o["error"] for o in read_out(opts) if "error" in o)
         assert error["code"] == "upstream_unavailable" and "gave up after 4" in error["message"]
         assert summary_row(output(opts.console), "failed to submit (gave up)") == 1
+
+    def test_items_refused_for_a_quota_are_sent_again(self, api: FakeApi, tmp_path: Path) -> None:
+        """Items answered 429 go again after their Retry-After; the others are not resent."""
+        api.retry_after = "0.2"
+        lines = urls(3)
+        api.faults[lines[1]] = ["429", "429"]
+        started = time.monotonic()
+        assert run_enqueue(options(api, write_list(tmp_path, lines))) == 0
+        assert time.monotonic() - started >= 0.4
+        assert api.attempts[lines[1]] == 3 and api.attempts[lines[0]] == 1
+        assert api.batches == [3, 1, 1]
+        assert len(api.created) == 3 and set(api.created.values()) == {1}
+
+    def test_quota_refusals_give_up(self, api: FakeApi, tmp_path: Path) -> None:
+        """An item refused every time is counted as failed to submit after `attempts` tries."""
+        api.faults["https://a.example/1"] = ["429"] * 10
+        opts = options(api, write_list(tmp_path, ["https://a.example/1", "https://a.example/2"]))
+        assert run_enqueue(opts) == 1
+        assert api.attempts["https://a.example/1"] == FAST.attempts
+        error = next(o["error"] for o in read_out(opts) if "error" in o)
+        assert error["code"] == "rate_limited" and error["http_status"] == 429
+        assert "gave up after 4" in error["message"]
+        assert summary_row(output(opts.console), "failed to submit (gave up)") == 1
+        assert summary_row(output(opts.console), "created (202)") == 1
 
     def test_unreachable_api_fails_lines(self, tmp_path: Path) -> None:
         """With nothing listening, every line fails to submit after its retries; exit 1."""
@@ -264,6 +302,7 @@ class TestAuthAndUsage:
             ({"kind": "video"}, "kind must be"),
             ({"language": "english!"}, "language must be"),
             ({"concurrency": 0}, "concurrency"),
+            ({"chunk_size": 1001}, "chunk-size"),
             ({"api": "127.0.0.1:8000"}, "--api"),
         ],
     )
@@ -329,61 +368,52 @@ class TestWait:
             assert server.gets == 0
             assert {o["retrieval"]["state"] for o in read_out(opts)} == {"completed"}
 
-    def test_round_stops_at_a_group_where_none_settled(self, tmp_path: Path) -> None:
-        """Rounds poll oldest first and stop at a group with nothing settled; the last is full."""
+    def test_rounds_read_the_oldest_chunk(self, tmp_path: Path) -> None:
+        """Each round reads the oldest `chunk_size` unsettled lines; the last one reads all."""
         with FakeApi(settle_after=10**9) as server:
             opts = options(
-                server, write_list(tmp_path, urls(40)), wait=True, timeout=0.6, poll_interval=0.05
+                server,
+                write_list(tmp_path, urls(40)),
+                wait=True,
+                timeout=0.6,
+                poll_interval=0.05,
+                chunk_size=10,
+                concurrency=1,
             )
             assert run_enqueue(opts) == 0
-            polls = sorted((record.polls for record in server.by_id.values()), reverse=True)
-        assert polls[3] > polls[4] >= polls[-1] >= 1  # one group every round, the rest once
-        assert server.gets < 40 * 2
+            polls = [record.polls for record in server.by_id.values()]
+        oldest, rest = sorted(polls[:10]), sorted(polls[10:])
+        assert oldest[0] == oldest[-1] > 2  # every round, then the last look
+        assert rest == [1] * 30  # only the last look
+        assert summary_row(output(opts.console), "unsettled (timeout)") == 40
 
-
-class AdvisingApi(FakeApi):
-    """The fake API, answering every GET with `Retry-After` and noting when each id was polled."""
-
-    advice: str = "0.3"
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["method"] == "GET":
-            self.polled_at.setdefault(scope["path"], []).append(time.monotonic())
-
-        async def advise(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start" and scope["method"] == "GET":
-                headers = [*message["headers"], (b"retry-after", self.advice.encode())]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await super().__call__(scope, receive, advise)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.polled_at: dict[str, list[float]] = {}
-
-
-class TestRetryAfterWhilePolling:
-    def test_polls_of_a_retrieval_are_retry_after_apart(self, tmp_path: Path) -> None:
-        """A retrieval is not polled again before its last answer's Retry-After has passed."""
-        with AdvisingApi(settle_after=3) as server:
-            opts = options(server, write_list(tmp_path, urls(6)), wait=True, poll_interval=0.01)
+    def test_long_polls_at_most_one_round_per_interval(self, tmp_path: Path) -> None:
+        """Reads ask the API to hold the answer (`Prefer: wait`) and are poll_interval apart."""
+        with FakeApi(settle_after=3) as server:
+            opts = options(server, write_list(tmp_path, urls(6)), wait=True, poll_interval=0.3)
             assert run_enqueue(opts) == 0
         assert server.gets == 6 * 3
-        for times in server.polled_at.values():
-            gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
-            assert len(gaps) == 2 and min(gaps) >= 0.3, gaps
+        assert server.prefers == ["wait=30"] * 3
+        gaps = [b - a for a, b in zip(server.reads, server.reads[1:], strict=False)]
+        assert len(gaps) == 2 and min(gaps) >= 0.29, gaps
 
-    def test_long_retry_after_is_capped(self, tmp_path: Path) -> None:
-        """A Retry-After beyond the retry policy's cap is waited only as long as the cap."""
-        with AdvisingApi(settle_after=2) as server:
-            server.advice = "3600"
-            policy = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01, max_retry_after=0.3)
-            opts = options(server, write_list(tmp_path, urls(2)), wait=True, retry=policy)
-            started = time.monotonic()
-            assert run_enqueue(opts) == 0
-        assert time.monotonic() - started < 5
-        assert summary_row(output(opts.console), "settled") == 2
+    def test_unknown_retrieval_is_lost(self, tmp_path: Path) -> None:
+        """A retrieval the API answers null for is written as not found and not read again."""
+        with FakeApi(settle_after=2) as server:
+            opts = options(server, write_list(tmp_path, urls(2)), wait=True)
+            tally = Tally()
+
+            async def run_and_forget_one() -> None:
+                task = asyncio.create_task(enqueue_batch(opts, make_console(), tally))
+                while len(server.by_id) < 2:
+                    await asyncio.sleep(0.001)
+                server.by_id.pop(next(iter(server.by_id)))
+                await task
+
+            asyncio.run(run_and_forget_one())
+        assert tally.lost == 1 and tally.settled == 1
+        errors = [o["error"] for o in read_out(opts) if "error" in o]
+        assert errors == [{"code": "not_found", "message": "no such retrieval"}]
 
 
 class TestResume:
@@ -411,7 +441,8 @@ class TestResume:
 
         async def first_run() -> Tally:
             tally = Tally()
-            task = asyncio.create_task(enqueue_batch(options(api, path), make_console(), tally))
+            opts = options(api, path, chunk_size=5)
+            task = asyncio.create_task(enqueue_batch(opts, make_console(), tally))
             while len(api.created) < 10:
                 await asyncio.sleep(0.005)
             task.cancel()
@@ -441,7 +472,7 @@ class TestResume:
             os.kill(os.getpid(), signal.SIGINT)
 
         threading.Thread(target=interrupt, daemon=True).start()
-        opts = options(api, path)
+        opts = options(api, path, chunk_size=5)
         assert run_enqueue(opts) == 130
         assert "re-run the same command to resume" in output(opts.console)
         while api.in_flight:
@@ -459,7 +490,7 @@ class TestProgress:
         """A non-terminal console gets periodic plain progress lines, no escape codes."""
         monkeypatch.setattr(enqueue, "PLAIN_PROGRESS_SECONDS", 0.02)
         api.delay_seconds = 0.01
-        opts = options(api, write_list(tmp_path, urls(30)), concurrency=2)
+        opts = options(api, write_list(tmp_path, urls(30)), concurrency=2, chunk_size=1)
         assert run_enqueue(opts) == 0
         text = output(opts.console)
         assert text.count("submitted ") >= 3

@@ -84,11 +84,39 @@ class TestRetryAfter:
             lambda s: retrievals.create_retrieval(s, new, clock.now(), timedelta(hours=1))
         )  # recorded, never published: pending until the sweep republishes it
         for pending, low, high in ((5_000, 50, 120), (10**7, 120, 120)):
-            monkeypatch.setattr(retrieval_service, "_count_pending", lambda n=pending: n)
+            monkeypatch.setattr(
+                retrieval_service, "_count_pending", lambda n=pending: {"interactive": n}
+            )
             retrieval_service.backlog.clear()
             polled = api.get(str(row.id))
             assert polled.json()["retrieval"]["state"] == "pending"
             assert low <= int(retry_after(polled) or 0) <= high
+        retrieval_service.backlog.clear()
+
+    def test_follows_the_lane_of_the_retrieval(
+        self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A deep batch backlog does not lengthen the advice for an interactive retrieval (it
+        does not wait behind it); a batch retrieval's advice follows the batch backlog."""
+        import sqlalchemy as sa
+
+        from tests.support.factories import parked
+        from worker.store import db
+        from worker.store.models import Retrieval
+
+        interactive, batch = parked(workspace, 2)
+        T = Retrieval.__table__.c  # type: ignore[attr-defined]
+        db.with_transient_retry(
+            lambda s: s.execute(
+                sa.update(Retrieval).where(T.id == uuid.UUID(batch)).values(lane="batch")
+            )
+        )
+        deep = {"interactive": 3, "batch": 10**6}
+        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: deep)
+        retrieval_service.backlog.clear()
+        assert retry_after(api.get(interactive)) == "1"
+        assert retry_after(api.get(batch)) == "120"
+        assert retrieval_service.backlog.pending() == 10**6 + 3
         retrieval_service.backlog.clear()
 
 
@@ -99,13 +127,13 @@ class TestBacklog:
         self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A POST raises the backlog at once; the next count replaces the estimate."""
-        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: 100)
+        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: {"interactive": 100})
         retrieval_service.backlog.clear()
         assert retrieval_service.backlog.pending() == 100
         for _ in range(3):
             assert api.post(body(page, workspace)).status_code == 202
         assert retrieval_service.backlog.pending() == 103  # counted less than a second ago
-        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: 7)
+        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: {"interactive": 7})
         retrieval_service.backlog.clear()
         assert retrieval_service.backlog.pending() == 7
         retrieval_service.backlog.clear()
@@ -116,7 +144,7 @@ class TestBacklog:
         """With N API processes, what one process created stands for N times as many."""
         from worker.settings import get_settings
 
-        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: 10)
+        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: {"interactive": 10})
         monkeypatch.setattr(get_settings(), "api_workers", 4)
         retrieval_service.backlog.clear()
         assert retrieval_service.backlog.pending() == 10

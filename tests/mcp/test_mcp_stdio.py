@@ -118,3 +118,39 @@ class TestErrors:
         """A key for the workspace but without agent:research is not_entitled."""
         key = make_key([workspace], scopes=("agent:other",))
         anyio.run(support.check_refused, connect, key, page, workspace)
+
+    def test_over_quota_is_upstream_unavailable_with_the_reason(
+        self, connect: support.Connect, page: str, workspace: uuid.UUID
+    ) -> None:
+        """The MCP contract has no rate_limited: a quota refusal is upstream_unavailable with
+        reason rate_limited and when to try again; a replay of the accepted call still answers."""
+        from tests.support.factories import parked
+        from worker import clock
+        from worker.store import db
+        from worker.store import quotas as quota_store
+
+        override = quota_store.Override(workspace, 1, None, None)
+        db.with_transient_retry(lambda s: quota_store.set_override(s, override, clock.now()))
+        [held] = parked(workspace, 1)
+        replay = {**body("https://example.org/", workspace), "mutation_id": mutation_of(held)}
+
+        async def calls() -> tuple[dict, dict]:
+            async with connect(make_key([workspace]), "plain", "auto") as client:
+                refused = await support.retrieve(client, body(page, workspace))
+                known = await support.retrieve(client, replay)
+                return support.error_of(refused, "upstream_unavailable"), support.retrieval_of(
+                    known
+                )
+
+        error, known = anyio.run(calls)
+        assert error["details"] == {"reason": "rate_limited", "retry_after_seconds": 5}
+        assert known["id"] == held and known["state"] == "pending"
+
+
+def mutation_of(retrieval_id: str) -> str:
+    from worker.store import db, retrievals
+
+    with db.session_scope(readonly=True) as session:
+        row = retrievals.get_retrieval(session, uuid.UUID(retrieval_id))
+        assert row is not None
+        return str(row.mutation_id)

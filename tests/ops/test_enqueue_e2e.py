@@ -132,7 +132,8 @@ class TestResume:
         # Addresses outside the egress allowance settle at once as unsafe_url, without a fetch.
         urls = [f"https://127.0.0.2:{site.port}/resume/{n}" for n in range(150)]
         path = tmp_file(tmp_path, "big.txt", urls)
-        args = command(live_api, workspace, path, "--concurrency", "2")
+        # Small chunks, so the run is interrupted part-way through the file.
+        args = command(live_api, workspace, path, "--concurrency", "2", "--chunk-size", "5")
         env = {**os.environ, "EVIDENCE_API_KEY": key}
         # A shell that ignores SIGINT, then execs the command: it inherits SIG_IGN.
         start = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *args] if sigint == "ignored" else args

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.ops.conftest import LiveApi, scrape, value
-from tests.support.factories import SETTLED, Api, body
+from tests.support.factories import SETTLED, Api, body, cancel_open, parked
 from tests.support.pages import article
 from tests.support.services import wait_for
 from tests.support.tls_site import TLSSite
@@ -91,6 +91,62 @@ class TestMetricsEndpoint:
         routes = {dict(labels).get("route") for (name, labels) in samples if "http_req" in name}
         assert "unmatched" in routes
         assert not any(route and "/no/such/" in route for route in routes)
+
+
+class TestLanesAndWorkspaces:
+    """Per-lane depth and age, and open retrievals of the busiest workspaces (bounded labels)."""
+
+    def test_lanes_and_busiest_workspace(
+        self, live_api: LiveApi, tenant: tuple[uuid.UUID, str]
+    ) -> None:
+        """75 pending batch retrievals of one workspace show in its lane and under its id."""
+        workspace, _ = tenant
+        ids = parked(workspace, 75)
+        import sqlalchemy as sa
+
+        from worker.store.models import Retrieval
+
+        T = Retrieval.__table__.c  # type: ignore[attr-defined]
+        db.with_transient_retry(
+            lambda s: s.execute(
+                sa.update(Retrieval)
+                .where(T.id.in_([uuid.UUID(i) for i in ids]))
+                .values(lane="batch")
+            )
+        )
+        try:
+            samples = scrape(f"{live_api.url}/metrics")
+        finally:
+            cancel_open(workspace)
+        assert value(samples, "evidence_lane_queue_depth", lane="batch", source="database") >= 75
+        for lane in ("interactive", "batch"):
+            assert ("evidence_lane_queue_depth", labels(lane=lane, source="broker")) in samples
+            assert value(samples, "evidence_lane_oldest_pending_age_seconds", lane=lane) >= 0
+        mine = {"workspace": str(workspace), "lane": "batch", "state": "pending"}
+        assert value(samples, "evidence_workspace_open_retrievals", **mine) == 75
+        by_workspace = value(samples, "evidence_workspace_open_retrievals")
+        open_rows = value(samples, "evidence_retrievals", state="pending") + value(
+            samples, "evidence_retrievals", state="running"
+        )
+        assert by_workspace == open_rows  # the top ones and "other" add up to every open row
+        assert value(samples, "evidence_workspaces_with_open_retrievals") >= 1
+
+    def test_label_values_stay_bounded(self) -> None:
+        """However many workspaces have open work, at most TOP_WORKSPACES + "other" show."""
+        from api.http.metrics import TOP_WORKSPACES, top_workspaces
+
+        rows = [(f"w{n:03d}", "batch", "pending", n + 1) for n in range(200)]
+        rows.append(("w199", "interactive", "running", 1))
+        top = top_workspaces(rows)
+        names = {workspace for workspace, _, _ in top}
+        assert len(names) == TOP_WORKSPACES + 1 and "other" in names
+        assert {f"w{n:03d}" for n in range(190, 200)} <= names
+        assert top[("w199", "interactive", "running")] == 1
+        assert sum(top.values()) == sum(n for *_, n in rows)
+
+
+def labels(**pairs: str) -> frozenset[tuple[str, str]]:
+    return frozenset(pairs.items())
 
 
 class TestFetchHistograms:

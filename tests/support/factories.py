@@ -52,6 +52,20 @@ def check_envelope(response: httpx.Response, status: int, code: str) -> dict[str
     return error
 
 
+def check_batch_result(result: dict[str, Any]) -> None:
+    """Assert one batch item's result is a retrieval (200/202) or an error envelope (4xx)."""
+    status = result["status"]
+    if status in (200, 202):
+        assert set(result) == {"status", "retrieval"}, result
+        validate_retrieval_payload({"retrieval": result["retrieval"]})
+    else:
+        assert status in (400, 403, 409, 429), result
+        assert set(result) == {"status", "error"}, result
+        error = result["error"]
+        assert isinstance(error["message"], str) and error["message"], result
+        assert set(error) <= {"code", "message", "field", "details"}, result
+
+
 @dataclass
 class Api:
     """An HTTP client for the service that validates every retrieval payload it receives."""
@@ -66,9 +80,46 @@ class Api:
     def _checked(self, response: httpx.Response) -> httpx.Response:
         assert response.status_code != 500, response.text
         assert not LEAK_PATTERNS.search(response.text), response.text
-        if response.status_code in (200, 202) and "retrieval" in response.json():
-            validate_retrieval_payload(response.json())
+        if response.status_code in (200, 202):
+            document = response.json()
+            if "retrieval" in document:
+                validate_retrieval_payload(document)
+            for result in document.get("results", []):
+                check_batch_result(result)
+            for retrieval in document.get("retrievals", []):
+                if retrieval is not None:
+                    validate_retrieval_payload({"retrieval": retrieval})
         return response
+
+    def batch(self, items: list[Any]) -> httpx.Response:
+        """POST the batch route with these items."""
+        return self._checked(
+            self.client.post(
+                "/research-api/evidence/retrieve/batch",
+                json={"items": items},
+                headers=self.headers,
+            )
+        )
+
+    def batch_get(self, ids: list[str], wait: int | None = None) -> httpx.Response:
+        """POST the batch read, with `Prefer: wait=N` when `wait` is given."""
+        headers = self.headers | ({"Prefer": f"wait={wait}"} if wait is not None else {})
+        return self._checked(
+            self.client.post(
+                "/research-api/evidence/retrievals/batch-get",
+                json={"ids": ids},
+                headers=headers,
+            )
+        )
+
+    def long_poll(self, retrieval_id: str, prefer: str) -> httpx.Response:
+        """GET the retrieval with this `Prefer` header."""
+        return self._checked(
+            self.client.get(
+                f"/research-api/evidence/retrievals/{retrieval_id}",
+                headers=self.headers | {"Prefer": prefer},
+            )
+        )
 
     def post(self, payload: dict[str, Any]) -> httpx.Response:
         return self._checked(
@@ -109,3 +160,58 @@ class Api:
             if time.monotonic() > deadline:
                 raise AssertionError(f"still {retrieval['state']} after {timeout} s: {retrieval}")
             time.sleep(0.1)
+
+
+def parked(workspace: uuid.UUID, count: int = 1, url: str = "https://example.org/") -> list[str]:
+    """Pending retrievals no worker will run while a test looks at them.
+
+    Recorded as the API records them, then marked published far in the future, so the sweep
+    does not publish them either; they stay pending until a test settles or cancels them.
+    """
+    from datetime import timedelta
+
+    import sqlalchemy as sa
+
+    from worker import clock
+    from worker.store import db, retrievals
+    from worker.store.models import Retrieval
+
+    def record(session: Any) -> list[uuid.UUID]:
+        now = clock.now()
+        rows = [
+            retrievals.create_retrieval(
+                session,
+                retrievals.NewRetrieval(workspace, uuid.uuid4(), url, "url_text", None),
+                now,
+                timedelta(hours=1),
+            )[0]
+            for _ in range(count)
+        ]
+        ids = [row.id for row in rows]
+        T = Retrieval.__table__.c  # type: ignore[attr-defined]
+        session.execute(
+            sa.update(Retrieval).where(T.id.in_(ids)).values(published_at=now + timedelta(days=1))
+        )
+        return ids
+
+    return [str(i) for i in db.with_transient_retry(record)]
+
+
+def cancel_open(workspace: uuid.UUID) -> None:
+    """Cancel whatever a test left open in `workspace` (so it burdens no later test)."""
+    import sqlalchemy as sa
+
+    from worker import clock
+    from worker.store import db, retrievals
+    from worker.store.models import Retrieval
+
+    T = Retrieval.__table__.c  # type: ignore[attr-defined]
+
+    def cancel_all(session: Any) -> None:
+        query = sa.select(Retrieval).where(
+            T.workspace_id == workspace, T.state.in_(["pending", "running"])
+        )
+        for row in session.execute(query).scalars().all():
+            retrievals.cancel(session, row, clock.now())
+
+    db.with_transient_retry(cancel_all)

@@ -1,10 +1,11 @@
 """A stand-in for the retrieval API on loopback: a plain ASGI app served by uvicorn in a thread.
 
-It implements `POST /research-api/evidence/retrieve` and `GET .../retrievals/{id}` with an
-in-memory idempotency table keyed by (workspace_id, mutation_id), Bearer keys bound to
-workspaces, and retrievals that settle after a few polls. Faults are scripted per URL: the n-th
-POST of that URL plays the n-th action of `faults[url]` (`"503"`, `"drop"`, `"drop_after_create"`
-or any status code), so a test can make the first attempts of some lines fail.
+It implements the batch routes `evidence enqueue` uses, `POST /research-api/evidence/retrieve/
+batch` and `POST .../retrievals/batch-get`, with an in-memory idempotency table keyed by
+(workspace_id, mutation_id), Bearer keys bound to workspaces, and retrievals that settle after a
+few reads. Faults are scripted per URL: the n-th batch carrying that URL plays the n-th action of
+`faults[url]`. `"503"`, `"drop"` and `"drop_after_create"` act on the whole request (as a failing
+server or network would); a status code (`"422"`, `"429"`, …) is that item's result.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from typing import Any
 
 import uvicorn
 
-RETRIEVE = "/research-api/evidence/retrieve"
-RETRIEVALS = "/research-api/evidence/retrievals/"
+BATCH = "/research-api/evidence/retrieve/batch"
+BATCH_GET = "/research-api/evidence/retrievals/batch-get"
 STAMP = "2099-01-15T09:00:00Z"
 Scope = dict[str, Any]
+KINDS = ("url_text", "published_captions")
 
 
 @dataclass
@@ -66,7 +68,11 @@ class FakeApi:
     by_id: dict[str, Record] = field(default_factory=dict)
     created: Counter[tuple[str, str]] = field(default_factory=Counter)
     attempts: Counter[str] = field(default_factory=Counter)
+    #: Retrievals read (one per id of each batch-get), batch-get requests, their Prefer headers.
     gets: int = 0
+    reads: list[float] = field(default_factory=list)
+    prefers: list[str] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
 
@@ -113,43 +119,66 @@ class FakeApi:
         if key not in self.keys:
             return await reply(send, 401, error("not_entitled", "unknown key"))
         path, method = scope["path"], scope["method"]
-        if method == "POST" and path == RETRIEVE:
-            return await self._retrieve(send, key, json.loads(body or b"{}"))
-        if method == "GET" and path.startswith(RETRIEVALS):
-            with self._lock:
-                self.gets += 1
-                record = self.by_id.get(path.removeprefix(RETRIEVALS))
-                if record is not None:
-                    record.polls += 1
-            if record is None or not self._may_use(key, record.workspace_id):
-                return await reply(send, 404, error("not_found", "no such retrieval"))
-            return await reply(send, 200, {"retrieval": record.view(self.settle_after)})
+        if method == "POST" and path == BATCH:
+            return await self._batch(send, key, json.loads(body or b"{}"))
+        if method == "POST" and path == BATCH_GET:
+            return await self._batch_get(send, key, json.loads(body or b"{}"), headers)
         await reply(send, 404, error("not_found", "no such route"))
 
-    async def _retrieve(self, send: Any, key: str, payload: dict[str, Any]) -> None:
+    async def _batch_get(
+        self, send: Any, key: str, payload: dict[str, Any], headers: dict[str, str]
+    ) -> None:
+        with self._lock:
+            self.reads.append(time.monotonic())
+            self.prefers.append(headers.get("prefer", ""))
+            found = []
+            for retrieval_id in payload["ids"]:
+                self.gets += 1
+                record = self.by_id.get(retrieval_id)
+                if record is None or not self._may_use(key, record.workspace_id):
+                    found.append(None)
+                    continue
+                record.polls += 1
+                found.append(record.view(self.settle_after))
+        await reply(send, 200, {"retrievals": found})
+
+    async def _batch(self, send: Any, key: str, payload: dict[str, Any]) -> None:
+        items = payload["items"]
+        self.batches.append(len(items))
+        with self._lock:
+            actions = []
+            for item in items:
+                url = item.get("url")
+                self.attempts[url] += 1
+                script = self.faults.get(url, [])
+                n = self.attempts[url]
+                actions.append(script[n - 1] if n <= len(script) else "")
+        if "503" in actions:
+            body = error("upstream_unavailable", "database down")
+            return await reply(send, 503, body, {"retry-after": self.retry_after})
+        if "drop" in actions:
+            return await drop(send)
+        results = [self._item(key, i, a) for i, a in zip(items, actions, strict=True)]
+        if "drop_after_create" in actions:
+            return await drop(send)
+        await reply(send, 200, {"results": results})
+
+    def _item(self, key: str, payload: dict[str, Any], action: str) -> dict[str, Any]:
         url, workspace, mid = (
             payload.get("url"),
             payload.get("workspace_id"),
             payload.get("mutation_id"),
         )
-        if not isinstance(url, str) or payload.get("kind") not in (
-            "url_text",
-            "published_captions",
-        ):
-            return await reply(send, 422, error("invalid_input", "bad payload", "url"))
+        if not isinstance(url, str) or payload.get("kind") not in KINDS:
+            return {"status": 400, **error("invalid_input", "bad payload", "url")}
         if not self._may_use(key, str(workspace)):
-            return await reply(send, 403, error("not_entitled", "workspace not allowed"))
-        with self._lock:
-            self.attempts[url] += 1
-            script = self.faults.get(url, [])
-            action = script[self.attempts[url] - 1] if self.attempts[url] <= len(script) else ""
-        if action == "503":
-            body = error("upstream_unavailable", "database down")
-            return await reply(send, 503, body, {"retry-after": self.retry_after})
-        if action == "drop":
-            return await drop(send)
+            return {"status": 403, **error("not_entitled", "workspace not allowed")}
+        if action == "429":
+            refused = error("rate_limited", "over quota")
+            refused["error"]["details"] = {"retry_after_seconds": float(self.retry_after)}
+            return {"status": 429, **refused}
         if action.isdigit():
-            return await reply(send, int(action), error("invalid_input", "scripted", "url"))
+            return {"status": int(action), **error("invalid_input", "scripted", "url")}
         args = (url, payload["kind"], payload.get("language"))
         with self._lock:
             record = self.table.get((str(workspace), str(mid)))
@@ -161,11 +190,9 @@ class FakeApi:
                 status = 202
             else:
                 status = 200 if (record.url, record.kind, record.language) == args else 409
-        if action == "drop_after_create":
-            return await drop(send)
         if status == 409:
-            return await reply(send, 409, error("invalid_input", "payload differs", "mutation_id"))
-        await reply(send, status, {"retrieval": record.view(self.settle_after)})
+            return {"status": 409, **error("invalid_input", "payload differs", "mutation_id")}
+        return {"status": status, "retrieval": record.view(self.settle_after)}
 
     def _may_use(self, key: str, workspace: str) -> bool:
         allowed = self.keys.get(key, set())

@@ -8,22 +8,55 @@ settings below keep Celery's side of that bargain.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
 from celery import Celery, signals
+from kombu.utils.scheduling import round_robin_cycle
 
 from worker.jobs import celery_logs  # noqa: F401  (connects Celery's logging signals)
 from worker.settings import get_settings
 
 RETRIEVE_TASK = "evidence.retrieve"
+#: The batch lane's message: "run the next batch retrieval" (the claim picks which; no args).
+RETRIEVE_NEXT_TASK = "evidence.retrieve_next"
 SWEEP_TASK = "evidence.sweep"
-RETRIEVE_QUEUE = "retrievals"
+#: The interactive lane keeps the historical queue name, so a worker started with
+#: `--queues retrievals` and messages published before the upgrade still meet.
+INTERACTIVE_QUEUE = "retrievals"
+BATCH_QUEUE = "retrievals-batch"
+RETRIEVE_QUEUE = INTERACTIVE_QUEUE
 SWEEP_QUEUE = "sweep"
+#: Queue of each lane (`worker.store.models.LANES`).
+LANE_QUEUES = {"interactive": INTERACTIVE_QUEUE, "batch": BATCH_QUEUE}
+#: The order a worker takes messages in when several of its queues hold some: the sweep (rare
+#: and cheap, and it must not starve behind a backlog), then interactive, then batch.
+QUEUE_PRIORITY = (SWEEP_QUEUE, INTERACTIVE_QUEUE, BATCH_QUEUE)
+#: What `evidence worker` consumes by default, and the retrieval workers of the Procfile.
+RETRIEVAL_QUEUES = f"{INTERACTIVE_QUEUE},{BATCH_QUEUE}"
+WORKER_QUEUES = f"{RETRIEVAL_QUEUES},{SWEEP_QUEUE}"
 #: Redis re-delivers an unacked message after this; every task ends long before it.
 VISIBILITY_TIMEOUT_SECONDS = 3600
 #: How long a publish may wait on the broker before the outbox leaves the row to the sweep.
 PUBLISH_CONNECT_TIMEOUT_SECONDS = 2.0
+
+
+class LaneOrder(round_robin_cycle):  # type: ignore[misc]  # kombu ships no types
+    """kombu's Redis queue order for a worker: `QUEUE_PRIORITY` first, in that order, always.
+
+    kombu asks Redis with one `BRPOP q1 q2 …`, which pops from the first non-empty key. Its
+    default strategy rotates the last served queue to the end (so interactive and batch would
+    alternate), and its `priority` strategy keeps the order of a Python set, i.e. an arbitrary
+    one per process. This order is fixed: an interactive message is taken before any batch one.
+    """
+
+    def update(self, it: Iterable[str]) -> None:
+        rank = {name: index for index, name in enumerate(QUEUE_PRIORITY)}
+        self.items[:] = sorted(it, key=lambda name: (rank.get(name, len(rank)), name))
+
+    def rotate(self, last_used: str) -> None:
+        """Never rotate: the order is the priority."""
 
 
 def make_celery() -> Celery:
@@ -43,6 +76,7 @@ def make_celery() -> Celery:
             "socket_timeout": 10,
             "retry_on_timeout": True,
             "health_check_interval": 10,
+            "queue_order_strategy": f"{__name__}:LaneOrder",
         },
         broker_pool_limit=10,
         result_backend=None,
@@ -51,7 +85,8 @@ def make_celery() -> Celery:
         task_time_limit=settings.hard_time_limit,
         task_default_queue=RETRIEVE_QUEUE,
         task_routes={
-            RETRIEVE_TASK: {"queue": RETRIEVE_QUEUE},
+            RETRIEVE_TASK: {"queue": INTERACTIVE_QUEUE},
+            RETRIEVE_NEXT_TASK: {"queue": BATCH_QUEUE},
             SWEEP_TASK: {"queue": SWEEP_QUEUE},
         },
         task_serializer="json",

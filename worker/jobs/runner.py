@@ -13,6 +13,7 @@ from worker import clock
 from worker.content.results import failure_result
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
+from worker.jobs import notify
 from worker.jobs.outcomes import Delivery, task_outcome
 from worker.reasons import Reason
 from worker.settings import get_settings
@@ -73,18 +74,42 @@ def produce_output(claim: retrievals.Claim) -> PipelineOutput:
 
 
 def run_retrieval(retrieval_id: uuid.UUID) -> dict[str, Any]:
-    """Process one delivery of a retrieval; return what happened (see `worker.jobs.outcomes`)."""
+    """Process one delivery of an interactive retrieval; what happened (`worker.jobs.outcomes`)."""
     settings = get_settings()
     lease = timedelta(seconds=settings.lease_seconds)
     claim = db.with_transient_retry(lambda s: retrievals.claim(s, retrieval_id, clock.now(), lease))
     if claim is None:
         log.info("claim_skipped")
+        # The claim may have expired a row past valid_until: announce it (were it still running
+        # elsewhere, its waiters would only read it once more).
+        notify.settled([retrieval_id])
         return _recorded_outcome(retrieval_id, "skipped", None)
+    return run_claim(claim)
+
+
+def run_next_batch() -> dict[str, Any] | None:
+    """Process one batch-lane message: claim the next batch retrieval fairly, run it.
+
+    None when there was nothing to claim (another token ran the retrieval this one stood for).
+    """
+    lease = timedelta(seconds=get_settings().lease_seconds)
+    claim = db.with_transient_retry(lambda s: retrievals.claim_next_batch(s, clock.now(), lease))
+    if claim is None:
+        log.info("claim_skipped", lane="batch")
+        return None
+    structlog.contextvars.bind_contextvars(retrieval_id=str(claim.retrieval_id))
+    return run_claim(claim)
+
+
+def run_claim(claim: retrievals.Claim) -> dict[str, Any]:
+    """Fetch, extract and settle a claimed retrieval; announce it once settled."""
     structlog.contextvars.bind_contextvars(workspace_id=str(claim.workspace_id))
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
     output = produce_output(claim)
     result = output.result
     settled = retrievals.settle_claim(claim, result, clock.now(), output.images)
+    # A fenced settle may have expired it; a cancel or a newer attempt announce themselves.
+    notify.settled([claim.retrieval_id])
     log.info(
         "settled" if settled else "settle_fenced",
         attempt=claim.attempt,
@@ -92,8 +117,8 @@ def run_retrieval(retrieval_id: uuid.UUID) -> dict[str, Any]:
         reason=result["reason"],
     )
     if settled:
-        return task_outcome(retrieval_id, "settled", S.COMPLETED.value, result, claim.attempt)
-    return _recorded_outcome(retrieval_id, "fenced", claim.attempt)
+        return task_outcome(claim.retrieval_id, "settled", S.COMPLETED.value, result, claim.attempt)
+    return _recorded_outcome(claim.retrieval_id, "fenced", claim.attempt)
 
 
 def _recorded_outcome(

@@ -2,20 +2,24 @@
 
 Run by Celery beat every `EVIDENCE_SWEEP_INTERVAL_SECONDS`. In order: (1) expire what passed
 `valid_until`; (2) rescue running rows whose lease ran out (back to pending while attempts
-remain, else unconfirmed); (3) publish pending rows the broker never got or presumably lost.
+remain, else unconfirmed), announcing what settled; (3) publish pending rows the broker never
+got or presumably lost, each to its own lane's queue.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import structlog
 
 from worker import clock
-from worker.jobs import outbox
+from worker.jobs import notify, outbox
+from worker.jobs.celery_app import LANE_QUEUES
 from worker.settings import get_settings
 from worker.store import db, retrievals
+from worker.store.models import LANES
 
 log = structlog.get_logger(__name__)
 
@@ -53,11 +57,28 @@ def run_sweep(now: datetime | None = None) -> SweepReport:
     repended, unconfirmed = db.with_transient_retry(
         lambda s: retrievals.rescue_lost(s, now, settings.max_attempts)
     )
+    notify.settled([*expired, *unconfirmed])
     published = _publish_due(now, timedelta(seconds=settings.republish_after_seconds))
-    report = SweepReport(expired, repended, unconfirmed, published)
+    report = SweepReport(len(expired), repended, len(unconfirmed), published)
     if any((expired, repended, unconfirmed, published)):
         log.info("sweep", **report.__dict__)
     return report
+
+
+def plan_publish(
+    due: list[tuple[uuid.UUID, str]], never_published: set[uuid.UUID], queued: dict[str, int]
+) -> dict[str, list[uuid.UUID]]:
+    """Which due rows to publish, by lane: every never-published one, and the stale ones
+    beyond what that lane's queue still holds (see `publish_limit`), oldest first."""
+    plan: dict[str, list[uuid.UUID]] = {}
+    for lane in LANES:
+        ids = [retrieval_id for retrieval_id, row_lane in due if row_lane == lane]
+        fresh = [i for i in ids if i in never_published]
+        stale = [i for i in ids if i not in never_published]
+        chosen = fresh + stale[: publish_limit(len(stale), queued.get(LANE_QUEUES[lane], 0))]
+        if chosen:
+            plan[lane] = chosen
+    return plan
 
 
 def _publish_due(now: datetime, republish_after: timedelta) -> int:
@@ -65,11 +86,12 @@ def _publish_due(now: datetime, republish_after: timedelta) -> int:
         due = retrievals.due_for_publish(session, now, republish_after, PUBLISH_BATCH)
         if not due:
             return 0
-        queued = outbox.queue_length()
+        queued = outbox.queue_lengths([LANE_QUEUES[lane] for lane in LANES])
         if queued is None:
             return 0  # the broker is down: try again next sweep
-        never_published = retrievals.count_unpublished(session, due)
-        limit = never_published + publish_limit(len(due) - never_published, queued)
-        sent = outbox.publish(due[:limit])
+        never = retrievals.unpublished_among(session, [retrieval_id for retrieval_id, _ in due])
+        sent: list[uuid.UUID] = []
+        for lane, ids in plan_publish(due, never, queued).items():
+            sent += outbox.publish(ids, lane)
         retrievals.mark_published(session, sent, clock.now())
         return len(sent)

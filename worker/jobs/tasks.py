@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from worker.jobs.celery_app import RETRIEVE_TASK, SWEEP_TASK, app
-from worker.jobs.runner import run_retrieval
+from worker.jobs.celery_app import RETRIEVE_NEXT_TASK, RETRIEVE_TASK, SWEEP_TASK, app
+from worker.jobs.runner import run_next_batch, run_retrieval
 from worker.jobs.sweep import run_sweep
 
 
@@ -14,6 +14,12 @@ from worker.jobs.sweep import run_sweep
 def retrieve(retrieval_id: str) -> dict[str, Any]:
     """Claim, fetch, extract and settle one retrieval; return its outcome (for Flower, logs)."""
     return run_retrieval(uuid.UUID(retrieval_id))
+
+
+@app.task(name=RETRIEVE_NEXT_TASK)
+def retrieve_next() -> dict[str, Any] | None:
+    """Claim the next batch retrieval (round-robin across workspaces), fetch, extract, settle."""
+    return run_next_batch()
 
 
 # No task events for the sweep: one every few seconds would bury the retrievals in Flower's

@@ -13,6 +13,16 @@ UTC_DATETIME = sa.DateTime(timezone=True)
 #: binding one to an INTEGER comparison fails on PostgreSQL (it was answered as a 503).
 MAX_STORED_REVISION = 2**31 - 1
 
+#: The scheduling lanes (`Retrieval.lane`): a retrieval submitted alone is interactive and served
+#: first; batch-route items share the batch lane round-robin across workspaces.
+LANE_INTERACTIVE = "interactive"
+LANE_BATCH = "batch"
+LANES = (LANE_INTERACTIVE, LANE_BATCH)
+#: Partial index predicates, as literal SQL: a planner only uses a partial index when the query
+#: states the same condition, which a bound parameter cannot prove.
+BATCH_PENDING_SQL = "lane = 'batch' AND state = 'pending'"
+OPEN_SQL = "state IN ('pending', 'running')"
+
 
 class ApiKey(SQLModel, table=True):
     """An API key: stored as a SHA-256 hash of a high-entropy secret, never in plain text."""
@@ -36,6 +46,22 @@ class Retrieval(SQLModel, table=True):
     __table_args__ = (
         sa.UniqueConstraint("workspace_id", "mutation_id", name="uq_retrieval_mutation"),
         sa.Index("ix_retrieval_open", "state", "lease_until"),
+        # The batch claim's loose scan of workspaces with pending work, and their oldest row.
+        sa.Index(
+            "ix_retrieval_batch_pending",
+            "workspace_id",
+            "created_at",
+            postgresql_where=sa.text(BATCH_PENDING_SQL),
+            sqlite_where=sa.text(BATCH_PENDING_SQL),
+        ),
+        # Per-workspace open counts (quota ceiling, interactive limit, metrics).
+        sa.Index(
+            "ix_retrieval_workspace_open",
+            "workspace_id",
+            "lane",
+            postgresql_where=sa.text(OPEN_SQL),
+            sqlite_where=sa.text(OPEN_SQL),
+        ),
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
@@ -46,6 +72,11 @@ class Retrieval(SQLModel, table=True):
     #: Requested language, lower-cased (tags compare case-insensitively); "" when none.
     language: str = Field(sa_column=sa.Column(sa.String(35), nullable=False, server_default=""))
     state: str = Field(sa_column=sa.Column(sa.String(16), nullable=False))
+    #: Scheduling lane (`LANES`); the outbox and the sweep publish to this lane's queue.
+    lane: str = Field(
+        default=LANE_INTERACTIVE,
+        sa_column=sa.Column(sa.String(16), nullable=False, server_default=LANE_INTERACTIVE),
+    )
     #: Claims so far; the settle must match the attempt it claimed with (fencing token).
     attempt: int = Field(sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"))
     lease_until: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
@@ -97,3 +128,24 @@ class EvidenceRevision(SQLModel, table=True):
     segments: list[dict[str, Any]] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
     provenance: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
     created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+
+
+class BatchSchedule(SQLModel, table=True):
+    """When each workspace last had a batch retrieval claimed: the round-robin's memory."""
+
+    __tablename__ = "batch_schedule"
+
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, primary_key=True))
+    served_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+
+
+class WorkspaceQuota(SQLModel, table=True):
+    """An operator's per-workspace quota overrides; NULL means the setting's default."""
+
+    __tablename__ = "workspace_quota"
+
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, primary_key=True))
+    open_retrievals: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
+    write_rate: float | None = Field(default=None, sa_column=sa.Column(sa.Float))
+    write_burst: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
+    updated_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -20,13 +21,26 @@ from worker.content.results import Result, cancelled_result, has_content
 from worker.states import RetrievalState as S
 from worker.states import sources_of
 from worker.store import db, evidence
-from worker.store.models import Retrieval
+from worker.store.models import (
+    BATCH_PENDING_SQL,
+    LANE_BATCH,
+    LANE_INTERACTIVE,
+    OPEN_SQL,
+    BatchSchedule,
+    Retrieval,
+)
 from worker.store.typed import rowcount
 
 if TYPE_CHECKING:
     from worker.content.images import ImageRef
 
 RETRIEVAL: sa.Table = Retrieval.__table__  # type: ignore[attr-defined]
+SCHEDULE: sa.Table = BatchSchedule.__table__  # type: ignore[attr-defined]
+#: Advisory lock class of a workspace's quota check (PostgreSQL's two-key form: class, id).
+QUOTA_LOCK_CLASS = 16_001
+#: A retrieval row as read (the model's attributes, without building a model object: SQLModel's
+#: constructor validates every field, about 1 ms a row on a loaded machine, 1 s per batch).
+RetrievalRow = sa.Row[Any]
 
 # The worker's two statements per delivery, built once (bound parameters are prefixed `b_`:
 # SQLAlchemy reserves the column names for the SET clause).
@@ -101,9 +115,51 @@ class Claim:
     workspace_id: uuid.UUID
 
 
+#: Columns a new retrieval is inserted with (`_row_values`).
+_NEW_COLUMNS = (
+    "id",
+    "workspace_id",
+    "mutation_id",
+    "url",
+    "kind",
+    "language",
+    "state",
+    "lane",
+    "attempt",
+    "published_at",
+    "created_at",
+    "valid_until",
+)
+
+
+@cache
+def _insert_one(dialect: str) -> Any:
+    """The single create's statement, built once per dialect (it runs on every POST)."""
+    insert = db.insert_for(dialect)
+    values = {
+        name: sa.bindparam(f"b_{name}", type_=RETRIEVAL.c[name].type) for name in _NEW_COLUMNS
+    }
+    return (
+        insert(RETRIEVAL)
+        .values(values)
+        .on_conflict_do_nothing(index_elements=["workspace_id", "mutation_id"])
+        .returning(*RETRIEVAL.columns)
+    )
+
+
+_BY_MUTATION = sa.select(*RETRIEVAL.columns).where(
+    RETRIEVAL.c.workspace_id == sa.bindparam("b_workspace"),
+    RETRIEVAL.c.mutation_id == sa.bindparam("b_mutation"),
+)
+
+
 def create_retrieval(
-    session: Session, request: NewRetrieval, now: datetime, ttl: timedelta
-) -> tuple[Retrieval, bool]:
+    session: Session,
+    request: NewRetrieval,
+    now: datetime,
+    ttl: timedelta,
+    lane: str = LANE_INTERACTIVE,
+) -> tuple[RetrievalRow, bool]:
     """Record `request` once; return the row and whether this call created it.
 
     The UNIQUE(workspace_id, mutation_id) constraint decides races: INSERT … ON CONFLICT DO
@@ -112,59 +168,236 @@ def create_retrieval(
     the commit and clears the mark if that fails (`mark_unpublished`); a crash in between is
     caught by the sweep, which republishes pending rows whose publish is old.
     """
+    stmt = _insert_one(session.bind.dialect.name)  # type: ignore[union-attr]
+    values = _row_values(request, now, ttl, lane)
+    inserted = session.execute(stmt, {f"b_{k}": v for k, v in values.items()}).one_or_none()
+    if inserted is not None:
+        if lane == LANE_BATCH:
+            note_batch_work(session, [request.workspace_id])
+        return inserted, True
+    row = session.execute(
+        _BY_MUTATION, {"b_workspace": request.workspace_id, "b_mutation": request.mutation_id}
+    ).one()
+    check_same_request(row, request)
+    return row, False
+
+
+def _row_values(request: NewRetrieval, now: datetime, ttl: timedelta, lane: str) -> dict[str, Any]:
+    return {
+        "id": uuid.uuid4(),
+        "workspace_id": request.workspace_id,
+        "mutation_id": request.mutation_id,
+        "url": request.url,
+        "kind": request.kind,
+        "language": request.language_key,
+        "state": S.PENDING.value,
+        "lane": lane,
+        "attempt": 0,
+        "published_at": now,
+        "created_at": now,
+        "valid_until": now + ttl,
+    }
+
+
+def check_same_request(row: Retrieval | RetrievalRow, request: NewRetrieval) -> None:
+    """Raise `MutationConflict` unless `row` records exactly what `request` asks for."""
+    if (row.url, row.kind, row.language) != (request.url, request.kind, request.language_key):
+        raise MutationConflict(str(request.mutation_id))
+
+
+# --- Quotas: the open-retrievals ceiling, decided in the creating transaction -------------
+
+
+#: Why a new retrieval was refused: its workspace's open ceiling, or its write rate.
+OVER_OPEN, OVER_RATE = "open", "rate"
+
+
+class OverQuota(Exception):
+    """A new retrieval the workspace's quotas do not allow now (`reason`: OVER_OPEN/OVER_RATE)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class OpenCount:
+    """A workspace's open (pending + running) retrievals, counted up to a cap."""
+
+    total: int
+    interactive: int
+
+
+_LOCK = sa.select(
+    sa.func.pg_advisory_xact_lock(QUOTA_LOCK_CLASS, sa.bindparam("b_key", type_=sa.Integer))
+)
+_OPEN_ROWS = (
+    sa.select(RETRIEVAL.c.lane)
+    .where(RETRIEVAL.c.workspace_id == sa.bindparam("b_workspace"), sa.text(OPEN_SQL))
+    .limit(sa.bindparam("b_cap", type_=sa.Integer))
+    .subquery()
+)
+_COUNT_OPEN = sa.select(
+    sa.func.count(),
+    sa.func.coalesce(sa.func.sum(sa.case((_OPEN_ROWS.c.lane == LANE_INTERACTIVE, 1), else_=0)), 0),
+)
+
+
+def lock_workspace(session: Session, workspace_id: uuid.UUID) -> None:
+    """Serialise quota decisions of one workspace until the transaction ends.
+
+    PostgreSQL: a transaction-scoped advisory lock, so two concurrent requests cannot both see
+    room for their retrievals and together exceed the ceiling. SQLite needs none: a writing
+    transaction holds the database's one write lock from its start (`BEGIN IMMEDIATE`).
+    """
+    if session.bind.dialect.name == "postgresql":  # type: ignore[union-attr]
+        session.execute(
+            _LOCK, {"b_key": int.from_bytes(workspace_id.bytes[:4], "big", signed=True)}
+        )
+
+
+def count_open(session: Session, workspace_id: uuid.UUID, cap: int) -> OpenCount:
+    """Open retrievals of the workspace, counting at most `cap` rows (enough to decide)."""
+    total, inter = session.execute(_COUNT_OPEN, {"b_workspace": workspace_id, "b_cap": cap}).one()
+    return OpenCount(int(total), int(inter))
+
+
+def find_existing(
+    session: Session, workspace_id: uuid.UUID, mutation_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, RetrievalRow]:
+    """The workspace's retrievals for these mutation ids, by mutation id."""
+    if not mutation_ids:
+        return {}
+    query = sa.select(*RETRIEVAL.columns).where(
+        RETRIEVAL.c.workspace_id == workspace_id, RETRIEVAL.c.mutation_id.in_(list(mutation_ids))
+    )
+    return {row.mutation_id: row for row in session.execute(query)}
+
+
+def create_within_quota(
+    session: Session,
+    request: NewRetrieval,
+    now: datetime,
+    ttl: timedelta,
+    open_limit: int,
+    interactive_limit: int,
+    rate_ok: bool = True,
+) -> tuple[RetrievalRow, bool]:
+    """Record a single retrieval if its workspace's quotas allow; (row, created).
+
+    `rate_ok` says whether the write rate granted it (the caller asked Redis). A replay of a
+    known mutation_id is answered whatever the quotas say: it adds nothing (it is how a client
+    polls). A workspace with `interactive_limit` open interactive retrievals already is looping
+    over the single route: the new one joins the batch lane. Three statements for a new one
+    (lock, bounded count, insert); a refusal reads whether it was a replay first.
+    """
+    lock_workspace(session, request.workspace_id)
+    counts = count_open(session, request.workspace_id, max(open_limit, interactive_limit, 1))
+    refusal = None if rate_ok else OVER_RATE
+    if counts.total >= open_limit:
+        refusal = OVER_OPEN
+    if refusal is not None:
+        known = find_existing(session, request.workspace_id, [request.mutation_id])
+        row = known.get(request.mutation_id)
+        if row is None:
+            raise OverQuota(refusal)
+        check_same_request(row, request)
+        return row, False
+    lane = LANE_BATCH if counts.interactive >= interactive_limit else LANE_INTERACTIVE
+    return create_retrieval(session, request, now, ttl, lane)
+
+
+@dataclass
+class BatchOutcome:
+    """What one workspace's share of a batch came to, by mutation id."""
+
+    created: dict[uuid.UUID, RetrievalRow]
+    existing: dict[uuid.UUID, RetrievalRow]
+    #: New items the quotas refused, and why (OVER_OPEN or OVER_RATE).
+    refused: dict[uuid.UUID, str]
+
+
+def create_batch_within_quota(
+    session: Session,
+    workspace_id: uuid.UUID,
+    requests: Sequence[NewRetrieval],
+    now: datetime,
+    ttl: timedelta,
+    open_limit: int,
+    rate_room: int,
+) -> BatchOutcome:
+    """Record one workspace's batch items in the batch lane, as many as its quotas allow.
+
+    Few statements for the whole batch: the lock, one read of the known mutation ids, one
+    bounded count, one multi-row INSERT … ON CONFLICT DO NOTHING, one schedule upsert. Known
+    items are answered whatever the quotas (the caller compares their payloads: a conflict is
+    that item's 409); new ones get the room in order: at most `rate_room` (the tokens the write
+    rate granted) and what is left under the open ceiling, the rest are refused.
+    """
+    lock_workspace(session, workspace_id)
+    mutations = list(dict.fromkeys(r.mutation_id for r in requests))
+    existing = find_existing(session, workspace_id, mutations)
+    firsts: dict[uuid.UUID, NewRetrieval] = {}
+    for request in requests:
+        if request.mutation_id not in existing:
+            firsts.setdefault(request.mutation_id, request)
+    new = list(firsts.values())
+    open_room = 0
+    if new:
+        open_room = max(0, open_limit - count_open(session, workspace_id, max(open_limit, 1)).total)
+    accepted = new[: min(open_room, rate_room)]
+    refused = {
+        r.mutation_id: OVER_RATE if index >= rate_room else OVER_OPEN
+        for index, r in enumerate(new)
+        if index >= len(accepted)
+    }
+    created = _insert_many(session, accepted, now, ttl, LANE_BATCH)
+    raced = [r.mutation_id for r in accepted if r.mutation_id not in created]
+    existing |= find_existing(session, workspace_id, raced)
+    if created:
+        note_batch_work(session, [workspace_id])
+    return BatchOutcome(created, existing, refused)
+
+
+def _insert_many(
+    session: Session, requests: Sequence[NewRetrieval], now: datetime, ttl: timedelta, lane: str
+) -> dict[uuid.UUID, RetrievalRow]:
+    if not requests:
+        return {}
     stmt = (
         db.insert_for(db.dialect(session))(RETRIEVAL)
-        .values(
-            id=uuid.uuid4(),
-            workspace_id=request.workspace_id,
-            mutation_id=request.mutation_id,
-            url=request.url,
-            kind=request.kind,
-            language=request.language_key,
-            state=S.PENDING.value,
-            attempt=0,
-            published_at=now,
-            created_at=now,
-            valid_until=now + ttl,
-        )
         .on_conflict_do_nothing(index_elements=["workspace_id", "mutation_id"])
         .returning(*RETRIEVAL.columns)
     )
-    inserted = session.execute(stmt).one_or_none()
-    if inserted is not None:
-        return Retrieval(**inserted._mapping), True
-    row = session.execute(
-        sa.select(Retrieval).where(
-            RETRIEVAL.c.workspace_id == request.workspace_id,
-            RETRIEVAL.c.mutation_id == request.mutation_id,
-        )
-    ).scalar_one()
-    if (row.url, row.kind, row.language) != (request.url, request.kind, request.language_key):
-        raise MutationConflict(str(request.mutation_id))
-    return row, False
+    # One microsecond apart, in the order given: the batch lane runs a workspace's retrievals
+    # oldest first, and the items of one batch in the order they came.
+    values = [
+        _row_values(request, now + timedelta(microseconds=n), ttl, lane)
+        for n, request in enumerate(requests)
+    ]
+    rows = session.execute(stmt, values).all()
+    return {row.mutation_id: row for row in rows}
+
+
+def note_batch_work(session: Session, workspace_ids: Sequence[uuid.UUID]) -> None:
+    """Make sure each workspace has a schedule row (never served yet: it comes first)."""
+    rows = [{"workspace_id": w, "served_at": None} for w in dict.fromkeys(workspace_ids)]
+    if rows:
+        session.execute(db.insert_for(db.dialect(session))(SCHEDULE).on_conflict_do_nothing(), rows)
 
 
 def get_retrieval(session: Session, retrieval_id: uuid.UUID) -> Retrieval | None:
     return session.get(Retrieval, retrieval_id, populate_existing=True)
 
 
-#: One retrieval by id as a plain row: its payload needs the columns only, and the ORM's
-#: identity map and object construction cost more CPU than the query on this hot path.
-_ROW_BY_ID = sa.select(*RETRIEVAL.columns).where(RETRIEVAL.c.id == sa.bindparam("retrieval_id"))
-
-
-def read_row(session: Session, retrieval_id: uuid.UUID) -> sa.Row[Any] | None:
-    """The retrieval's columns as a plain row (attributes named as the model's), or None."""
-    return session.execute(_ROW_BY_ID, {"retrieval_id": retrieval_id}).one_or_none()
-
-
-def mark_unpublished(session: Session, retrieval_id: uuid.UUID) -> None:
-    """The broker did not take it: leave it to the sweep, which publishes NULLs first."""
-    session.execute(
-        sa.update(Retrieval)
-        .where(RETRIEVAL.c.id == retrieval_id, RETRIEVAL.c.state == S.PENDING.value)
-        .values(published_at=None)
-    )
+def mark_unpublished(session: Session, ids: Sequence[uuid.UUID]) -> None:
+    """The broker did not take them: leave them to the sweep, which publishes NULLs first."""
+    if ids:
+        session.execute(
+            sa.update(Retrieval)
+            .where(RETRIEVAL.c.id.in_(list(ids)), RETRIEVAL.c.state == S.PENDING.value)
+            .values(published_at=None)
+        )
 
 
 def mark_published(session: Session, ids: list[uuid.UUID], now: datetime) -> None:
@@ -190,6 +423,135 @@ def claim(
     return Claim(
         retrieval_id, row.attempt, row.url, row.kind, row.language or None, row.workspace_id
     )
+
+
+# --- The batch lane: round-robin across workspaces, oldest first within one ---------------
+
+
+def _active_batch_query() -> Any:
+    """Workspaces with pending batch retrievals, least recently served first (never first).
+
+    A loose index scan of `ix_retrieval_batch_pending`: one probe per workspace, however many
+    rows each has queued. `(SELECT workspace_id … ORDER BY workspace_id LIMIT 1)` rather than
+    min(): PostgreSQL has no min(uuid), and both databases answer it from the index alone.
+    """
+    first = (
+        sa.select(RETRIEVAL.c.workspace_id)
+        .where(sa.text(BATCH_PENDING_SQL))
+        .order_by(RETRIEVAL.c.workspace_id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    active = sa.select(first.label("workspace_id")).cte("active", recursive=True)
+    inner = RETRIEVAL.alias("r")
+    following = (
+        sa.select(inner.c.workspace_id)
+        .where(
+            sa.text("r.lane = 'batch' AND r.state = 'pending'"),
+            inner.c.workspace_id > active.c.workspace_id,
+        )
+        .order_by(inner.c.workspace_id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    active = active.union_all(sa.select(following).where(active.c.workspace_id.is_not(None)))
+    S_ = SCHEDULE.c
+    return (
+        sa.select(active.c.workspace_id)
+        .select_from(active.outerjoin(SCHEDULE, S_.workspace_id == active.c.workspace_id))
+        .where(active.c.workspace_id.is_not(None))
+        .order_by(sa.nulls_first(S_.served_at.asc()), active.c.workspace_id)
+    )
+
+
+# The batch claim's statements, built once (a claim per batch retrieval; building them each
+# time cost more CPU than running them).
+_ACTIVE_BATCH = _active_batch_query()
+#: PostgreSQL: the least recently served schedule row among the given ones that no other
+#: claimer holds, locked, so concurrent claims spread over workspaces.
+_LOCK_SCHEDULE = (
+    sa.select(SCHEDULE.c.workspace_id)
+    .where(SCHEDULE.c.workspace_id.in_(sa.bindparam("b_ids", expanding=True)))
+    .order_by(sa.nulls_first(SCHEDULE.c.served_at.asc()), SCHEDULE.c.workspace_id)
+    .limit(1)
+    .with_for_update(skip_locked=True)
+)
+_SERVED = (
+    sa.update(SCHEDULE)
+    .where(SCHEDULE.c.workspace_id == sa.bindparam("b_workspace"))
+    .values(served_at=sa.bindparam("b_now"))
+)
+
+
+def _claim_oldest_statement(skip_locked: bool) -> Any:
+    """Claim a workspace's oldest pending batch retrieval nobody else is claiming."""
+    oldest = (
+        sa.select(RETRIEVAL.c.id)
+        .where(
+            RETRIEVAL.c.workspace_id == sa.bindparam("b_workspace"),
+            sa.text(BATCH_PENDING_SQL),
+            RETRIEVAL.c.valid_until > sa.bindparam("b_now"),
+        )
+        .order_by(RETRIEVAL.c.created_at)
+        .limit(1)
+    )
+    if skip_locked:
+        oldest = oldest.with_for_update(skip_locked=True)
+    return (
+        sa.update(RETRIEVAL)
+        .where(RETRIEVAL.c.id == oldest.scalar_subquery(), RETRIEVAL.c.state == S.PENDING.value)
+        .values(
+            state=S.RUNNING.value,
+            attempt=RETRIEVAL.c.attempt + 1,
+            lease_until=sa.bindparam("b_lease_until"),
+        )
+        .returning(
+            RETRIEVAL.c.id,
+            RETRIEVAL.c.attempt,
+            RETRIEVAL.c.url,
+            RETRIEVAL.c.kind,
+            RETRIEVAL.c.language,
+            RETRIEVAL.c.workspace_id,
+        )
+    )
+
+
+_CLAIM_OLDEST = {True: _claim_oldest_statement(True), False: _claim_oldest_statement(False)}
+
+
+def active_batch_workspaces(session: Session) -> list[uuid.UUID]:
+    """Workspaces with pending batch retrievals, least recently served first."""
+    return list(session.execute(_ACTIVE_BATCH).scalars())
+
+
+def claim_next_batch(session: Session, now: datetime, lease: timedelta) -> Claim | None:
+    """Claim the next batch retrieval: the oldest one of the least recently served workspace.
+
+    Each batch message asks for "the next one", so every workspace with queued batch work gets
+    every n-th claim (round-robin) however long its own queue is. Fenced like `claim`: the row
+    moves pending → running with attempt + 1 in one guarded statement. PostgreSQL takes rows
+    with `FOR UPDATE SKIP LOCKED` (concurrent claimers never wait for or take the same row);
+    SQLite runs writers one at a time (`BEGIN IMMEDIATE`), which needs no skipping. None when
+    the batch lane is empty (the message was a spare one: duplicates are harmless).
+    """
+    order = active_batch_workspaces(session)
+    if not order:
+        return None
+    postgres = db.dialect(session) == db.POSTGRESQL
+    if postgres:
+        locked = session.execute(_LOCK_SCHEDULE, {"b_ids": order}).scalar_one_or_none()
+        if locked is not None:
+            order = [locked, *(w for w in order if w != locked)]
+    params = {"b_now": now, "b_lease_until": now + lease}
+    for workspace_id in order:
+        row = session.execute(
+            _CLAIM_OLDEST[postgres], params | {"b_workspace": workspace_id}
+        ).one_or_none()
+        if row is None:
+            continue
+        session.execute(_SERVED, {"b_workspace": workspace_id, "b_now": now})
+        return Claim(row.id, row.attempt, row.url, row.kind, row.language or None, workspace_id)
+    return None
 
 
 class Fenced(Exception):
@@ -266,23 +628,25 @@ def cancel(session: Session, row: Retrieval, now: datetime) -> Retrieval | None:
     return None if cancelled is None else Retrieval(**cancelled._mapping)
 
 
-def expire_due(session: Session, now: datetime, retrieval_id: uuid.UUID | None = None) -> int:
-    """Expire open retrievals whose `valid_until` has passed; return how many."""
+def expire_due(
+    session: Session, now: datetime, retrieval_id: uuid.UUID | None = None
+) -> list[uuid.UUID]:
+    """Expire open retrievals whose `valid_until` has passed; return their ids."""
     stmt = sa.update(Retrieval).where(
         RETRIEVAL.c.state.in_([s.value for s in sources_of(S.EXPIRED)]),
         RETRIEVAL.c.valid_until <= now,
     )
     if retrieval_id is not None:
         stmt = stmt.where(RETRIEVAL.c.id == retrieval_id)
-    result = session.execute(stmt.values(state=S.EXPIRED.value, settled_at=now, lease_until=None))
-    return rowcount(result)
+    values = stmt.values(state=S.EXPIRED.value, settled_at=now, lease_until=None)
+    return list(session.execute(values.returning(RETRIEVAL.c.id)).scalars())
 
 
-def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int, int]:
+def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int, list[uuid.UUID]]:
     """Leases that ran out: back to pending while attempts remain, else unconfirmed.
 
-    Returns (re-pended, unconfirmed). Re-pended rows get `published_at = NULL` so the same
-    sweep publishes them again.
+    Returns (how many were re-pended, the ids that became unconfirmed). Re-pended rows get
+    `published_at = NULL` so the same sweep publishes them again, in their own lane.
     """
     lost = (RETRIEVAL.c.state == S.RUNNING.value) & (RETRIEVAL.c.lease_until < now)
     retried = session.execute(
@@ -294,16 +658,20 @@ def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int
         sa.update(Retrieval)
         .where(lost, RETRIEVAL.c.attempt >= max_attempts)
         .values(state=S.UNCONFIRMED.value, settled_at=now, lease_until=None)
-    )
-    return rowcount(retried), rowcount(gave_up)
+        .returning(RETRIEVAL.c.id)
+    ).scalars()
+    return rowcount(retried), list(gave_up)
 
 
 def due_for_publish(
     session: Session, now: datetime, republish_after: timedelta, limit: int
-) -> list[uuid.UUID]:
-    """Pending retrievals never published, or published long enough ago to be presumed lost."""
+) -> list[tuple[uuid.UUID, str]]:
+    """Pending retrievals never published, or published long enough ago to be presumed lost.
+
+    (id, lane) pairs: the sweep publishes each to its own lane's queue.
+    """
     stmt = (
-        sa.select(RETRIEVAL.c.id)
+        sa.select(RETRIEVAL.c.id, RETRIEVAL.c.lane)
         .where(
             RETRIEVAL.c.state == S.PENDING.value,
             sa.or_(
@@ -313,9 +681,9 @@ def due_for_publish(
         .order_by(RETRIEVAL.c.published_at.is_not(None), RETRIEVAL.c.created_at)
         .limit(limit)
     )
-    if db.dialect(session) == db.POSTGRESQL:
+    if session.bind.dialect.name == "postgresql":  # type: ignore[union-attr]
         stmt = stmt.with_for_update(skip_locked=True)
-    return list(session.execute(stmt).scalars())
+    return [(row.id, row.lane) for row in session.execute(stmt)]
 
 
 def oldest_open_age(session: Session, now: datetime) -> dict[str, float | None]:
@@ -325,27 +693,40 @@ def oldest_open_age(session: Session, now: datetime) -> dict[str, float | None]:
         oldest = session.execute(
             sa.select(sa.func.min(RETRIEVAL.c.created_at)).where(RETRIEVAL.c.state == state.value)
         ).scalar_one_or_none()
-        ages[state.value] = None if oldest is None else _age(now, oldest)
+        ages[state.value] = None if oldest is None else age_seconds(now, oldest)
     return ages
 
 
-def _age(now: datetime, then: datetime) -> float:
+def age_seconds(now: datetime, then: datetime) -> float:
     from worker.clock import as_utc
 
     return max(0.0, (now - as_utc(then)).total_seconds())
 
 
-def count_unpublished(session: Session, ids: list[uuid.UUID]) -> int:
-    """How many of `ids` were never handed to the broker."""
+def unpublished_among(session: Session, ids: list[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of `ids` were never handed to the broker."""
     if not ids:
-        return 0
-    return int(
-        session.execute(
-            sa.select(sa.func.count()).where(
-                RETRIEVAL.c.id.in_(ids), RETRIEVAL.c.published_at.is_(None)
-            )
-        ).scalar_one()
+        return set()
+    query = sa.select(RETRIEVAL.c.id).where(
+        RETRIEVAL.c.id.in_(ids), RETRIEVAL.c.published_at.is_(None)
     )
+    return set(session.execute(query).scalars())
+
+
+#: One retrieval by id as a plain row: its payload needs the columns only, and the ORM's
+#: identity map and object construction cost more CPU than the query on this hot path.
+_ROW_BY_ID = sa.select(*RETRIEVAL.columns).where(RETRIEVAL.c.id == sa.bindparam("retrieval_id"))
+
+
+def read_rows(session: Session, retrieval_ids: Sequence[uuid.UUID]) -> list[sa.Row[Any]]:
+    """The retrievals' columns as plain rows, in no particular order (unknown ids are missing)."""
+    query = sa.select(*RETRIEVAL.columns).where(RETRIEVAL.c.id.in_(set(retrieval_ids)))
+    return list(session.execute(query))
+
+
+def read_row(session: Session, retrieval_id: uuid.UUID) -> sa.Row[Any] | None:
+    """The retrieval's columns as a plain row (attributes named as the model's), or None."""
+    return session.execute(_ROW_BY_ID, {"retrieval_id": retrieval_id}).one_or_none()
 
 
 def count_pending(session: Session) -> int:
@@ -364,3 +745,36 @@ def count_by_outcome(session: Session) -> list[tuple[str, str, str | None, str |
         (kind, state, status, reason, int(count))
         for kind, state, status, reason, count in session.execute(query)
     ]
+
+
+def pending_by_lane(session: Session, now: datetime) -> dict[str, tuple[int, float | None]]:
+    """Per lane: pending retrievals, and the age in seconds of the oldest one (None if none)."""
+    query = (
+        sa.select(RETRIEVAL.c.lane, sa.func.count(), sa.func.min(RETRIEVAL.c.created_at))
+        .where(RETRIEVAL.c.state == S.PENDING.value)
+        .group_by(RETRIEVAL.c.lane)
+    )
+    return {
+        lane: (int(n), None if oldest is None else age_seconds(now, oldest))
+        for lane, n, oldest in session.execute(query)
+    }
+
+
+def open_by_workspace(session: Session) -> list[tuple[str, str, str, int]]:
+    """Open retrievals by (workspace, lane, state)."""
+    query = (
+        sa.select(RETRIEVAL.c.workspace_id, RETRIEVAL.c.lane, RETRIEVAL.c.state, sa.func.count())
+        .where(sa.text(OPEN_SQL))
+        .group_by(RETRIEVAL.c.workspace_id, RETRIEVAL.c.lane, RETRIEVAL.c.state)
+    )
+    return [(str(w), lane, state, int(n)) for w, lane, state, n in session.execute(query)]
+
+
+def count_pending_by_lane(session: Session) -> dict[str, int]:
+    """Pending retrievals by lane."""
+    query = (
+        sa.select(RETRIEVAL.c.lane, sa.func.count())
+        .where(RETRIEVAL.c.state == S.PENDING.value)
+        .group_by(RETRIEVAL.c.lane)
+    )
+    return {lane: int(n) for lane, n in session.execute(query)}

@@ -1,45 +1,146 @@
-"""Routes of the retrieval lifecycle."""
+"""Routes of the retrieval lifecycle, single and batch."""
 
-from fastapi import APIRouter
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from api.http.deps import PrincipalDep, read_only_session
-from api.schemas import RetrieveRequest, UuidParam
-from api.services import retrievals
-from api.services.payloads import RetrievalPayload
+from api.schemas import (
+    BatchGetRequest,
+    BatchGetResponse,
+    BatchRetrieveRequest,
+    BatchRetrieveResponse,
+    ErrorResponse,
+    RetrieveRequest,
+    UuidParam,
+)
+from api.services import batch, retrievals, waiters
+from api.services.payloads import RetrievalDoc, RetrievalPayload
+from worker.states import OPEN_STATES
 
 router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
 
-
 # Payloads are built JSON-safe (`api.services.payloads`), so routes answer them as they are
 # instead of letting FastAPI walk every field (up to 20 000 characters of text) through its encoder.
-# The routes are plain `def`s, so each runs in one worker thread; the principal comes from an
-# async dependency, and the GET opens its own session, so no other thread hop is needed.
+# The write routes are plain `def`s, so each runs in one worker thread; the principal comes from
+# an async dependency. The reads are `async def`s that take a worker thread only to read the
+# database, so a long-poll (`Prefer: wait=N`) waits in the event loop, holding no thread.
+
+PreferHeader = Annotated[
+    list[str] | None,
+    Header(
+        description="RFC 7240. `wait=N` (seconds, at most 30): answer as soon as the "
+        "retrieval settles, or as it stands after N seconds.",
+    ),
+]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 429, 503)
+}
 
 
-def _answer(payload: RetrievalPayload, status: int = 200) -> JSONResponse:
+def _answer(payload: RetrievalPayload, status: int, retry_after: int | None) -> JSONResponse:
     """The retrieval; while it is open, a `Retry-After` telling a poller when to ask again."""
-    seconds = retrievals.retry_after(payload)
-    headers = None if seconds is None else {"Retry-After": str(seconds)}
+    headers = None if retry_after is None else {"Retry-After": str(retry_after)}
     return JSONResponse(payload, status_code=status, headers=headers)
+
+
+def _applied(response: JSONResponse, wait: int | None) -> JSONResponse:
+    response.headers["Vary"] = "Prefer"
+    if wait is not None:
+        response.headers["Preference-Applied"] = f"wait={wait}"
+    return response
 
 
 @router.post("/retrieve", status_code=202, response_class=JSONResponse)
 def retrieve(body: RetrieveRequest, principal: PrincipalDep) -> JSONResponse:
     """Record a retrieval (202), or return the one this mutation_id already made (200)."""
-    payload, created = retrievals.submit_retrieval(principal, body)
-    return _answer(payload, 202 if created else 200)
+    payload, created, lane = retrievals.submit_retrieval(principal, body)
+    return _answer(payload, 202 if created else 200, retrievals.retry_after(payload, lane))
+
+
+@router.post(
+    "/retrieve/batch",
+    response_class=JSONResponse,
+    responses={200: {"model": BatchRetrieveResponse}, **ERRORS},
+)
+def retrieve_batch(body: BatchRetrieveRequest, principal: PrincipalDep) -> JSONResponse:
+    """Record up to 1 000 retrievals at once (batch lane); one result per item, in order.
+
+    Each item is answered as `POST /retrieve` would answer it alone: `{"status": 202|200,
+    "retrieval": …}` or `{"status": 400|403|409|429, "error": …}`. The batch itself is 200
+    whenever its envelope is valid; with items refused for a quota it carries the longest of
+    their `Retry-After`s.
+    """
+    results = batch.submit_batch(principal, body.items)
+    waits = [r["error"]["details"]["retry_after_seconds"] for r in results if r["status"] == 429]
+    headers = {"Retry-After": str(max(waits))} if waits else None
+    return JSONResponse({"results": results}, headers=headers)
 
 
 @router.get("/retrievals/{retrieval_id}", response_class=JSONResponse)
-def get_retrieval(retrieval_id: UuidParam, principal: PrincipalDep) -> JSONResponse:
-    """The retrieval as it stands now."""
-    with read_only_session() as session:
-        payload = retrievals.read_retrieval(session, principal, retrieval_id)
-    return _answer(payload)
+async def get_retrieval(
+    retrieval_id: UuidParam, principal: PrincipalDep, prefer: PreferHeader = None
+) -> JSONResponse:
+    """The retrieval as it stands now; with `Prefer: wait=N`, once it settles (or after N s)."""
+
+    def read() -> tuple[RetrievalPayload, int | None]:
+        with read_only_session() as session:
+            return retrievals.read_retrieval_advised(session, principal, retrieval_id)
+
+    wait = waiters.parse_prefer_wait(prefer or ())
+    if wait is None:
+        payload, retry_after = await run_in_threadpool(read)
+    else:
+        payload, retry_after = await waiters.wait_until(
+            read, [str(retrieval_id)], lambda answer: _settled(answer[0]["retrieval"]), wait
+        )
+    return _applied(_answer(payload, 200, retry_after), wait)
+
+
+@router.post(
+    "/retrievals/batch-get",
+    response_class=JSONResponse,
+    responses={200: {"model": BatchGetResponse}, **ERRORS},
+)
+async def batch_get(
+    body: BatchGetRequest, principal: PrincipalDep, prefer: PreferHeader = None
+) -> JSONResponse:
+    """Up to 1 000 retrievals by id, in order; unknown or unreadable ids are null.
+
+    With `Prefer: wait=N` it answers as soon as one of the retrievals that were open settles
+    (or after N s): a client watching many retrievals learns of each settlement without polling.
+    """
+    ids = [uuid.UUID(text) for text in body.ids]
+
+    def read() -> list[RetrievalDoc | None]:
+        with read_only_session() as session:
+            return retrievals.read_retrievals(session, principal, ids)
+
+    wait = waiters.parse_prefer_wait(prefer or ())
+    if wait is None:
+        found = await run_in_threadpool(read)
+    else:
+        first_open: list[int] = []
+
+        def changed(answer: list[RetrievalDoc | None]) -> bool:
+            still_open = sum(1 for item in answer if item is not None and not _settled(item))
+            if not first_open:
+                first_open.append(still_open)
+            return still_open == 0 or still_open < first_open[0]
+
+        found = await waiters.wait_until(read, [str(i) for i in ids], changed, wait)
+    return _applied(JSONResponse({"retrievals": found}), wait)
 
 
 @router.post("/retrievals/{retrieval_id}/cancel", response_class=JSONResponse)
 def cancel_retrieval(retrieval_id: UuidParam, principal: PrincipalDep) -> JSONResponse:
     """Cancel a pending or running retrieval."""
-    return _answer(retrievals.cancel_retrieval(principal, retrieval_id))
+    payload = retrievals.cancel_retrieval(principal, retrieval_id)
+    return _answer(payload, 200, retrievals.retry_after(payload))
+
+
+def _settled(retrieval: RetrievalDoc) -> bool:
+    return retrieval["state"] not in OPEN_STATES

@@ -1,0 +1,178 @@
+"""Lanes: interactive work overtakes queued batch work; batch work is shared round-robin."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.support.factories import Api, body, make_key, parked
+from tests.support.pages import article, slow
+from tests.support.tls_site import TLSSite
+from worker.jobs.celery_app import (
+    BATCH_QUEUE,
+    INTERACTIVE_QUEUE,
+    QUEUE_PRIORITY,
+    SWEEP_QUEUE,
+    LaneOrder,
+)
+from worker.jobs.sweep import plan_publish
+
+pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services")]
+
+#: The session's retrieval worker runs this many processes (tests/conftest.py).
+WORKER_PROCESSES = 2
+
+
+@pytest.fixture
+def slow_url(site: TLSSite) -> str:
+    site.add("/lanes/slow", slow)
+    return site.url("/lanes/slow?s=1.5")
+
+
+def wait_running(api: Api, ids: list[str], count: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = api.batch_get(ids).json()["retrievals"]
+        if sum(r["state"] == "running" for r in found) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} running")
+
+
+def settled_order(api: Api, ids: list[str]) -> list[tuple[str, str]]:
+    """(settled_at, id) of every retrieval once all settled, earliest first."""
+    done = [api.wait(i, timeout=60) for i in ids]
+    assert {d["state"] for d in done} == {"completed"}, done
+    return sorted((d["settled_at"], d["id"]) for d in done)
+
+
+class TestInteractiveFirst:
+    """A retrieval submitted alone does not wait behind a batch."""
+
+    def test_single_overtakes_a_queued_batch(
+        self, api: Api, slow_url: str, site: TLSSite, workspace: uuid.UUID
+    ) -> None:
+        """Six slow batch items fill both worker processes and queue four; a single POSTed
+        then runs next, before every one of the four queued items (FIFO: after all of them)."""
+        batch = api.batch([body(slow_url, workspace) for _ in range(6)]).json()["results"]
+        batch_ids = [r["retrieval"]["id"] for r in batch]
+        wait_running(api, batch_ids, WORKER_PROCESSES)
+        other = uuid.uuid4()
+        agent = Api(api.client, make_key([other]))
+        url = site.page(f"/lanes/{uuid.uuid4().hex}", article("Alone"))
+        single = agent.post(body(url, other)).json()["retrieval"]["id"]
+        order = settled_order(api, batch_ids)
+        alone = agent.wait(single, timeout=60)
+        after = [settled for settled, _ in order if settled > alone["settled_at"]]
+        assert len(after) >= 4 - 1, (alone["settled_at"], order)  # at most one started first
+
+
+class TestSinglesBeyondTheLimit:
+    """A workspace looping over the single route is running a batch: it joins the batch lane."""
+
+    def test_singles_past_the_interactive_limit_go_to_the_batch_lane(
+        self, api: Api, site: TLSSite, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With 2 open interactive retrievals allowed, the third single is batch work; it still
+        completes, and once the workspace is below the limit again singles are interactive."""
+        from worker.settings import get_settings
+
+        monkeypatch.setattr(get_settings(), "interactive_open_limit", 2)
+        held = parked(workspace, 2)
+        url = site.page(f"/lanes/{uuid.uuid4().hex}", article("Third"))
+        third = api.post(body(url, workspace)).json()["retrieval"]["id"]
+        assert lanes(third) == "batch"
+        assert api.wait(third)["state"] == "completed"
+        api.cancel(held[0])
+        fourth = api.post(body(url, workspace)).json()["retrieval"]["id"]
+        assert lanes(fourth) == "interactive"
+        assert api.wait(fourth)["state"] == "completed"
+        api.cancel(held[1])
+
+
+def lanes(retrieval_id: str) -> str:
+    import sqlalchemy as sa
+
+    from worker.store import db
+    from worker.store.models import Retrieval
+
+    T = Retrieval.__table__.c  # type: ignore[attr-defined]
+    with db.session_scope(readonly=True) as session:
+        query = sa.select(T.lane).where(T.id == uuid.UUID(retrieval_id))
+        return str(session.execute(query).scalar_one())
+
+
+class TestRoundRobin:
+    """Within the batch lane, workspaces take turns, whatever the length of their queues."""
+
+    def test_small_batch_is_not_stuck_behind_a_long_one(
+        self, http: object, slow_url: str, workspace: uuid.UUID
+    ) -> None:
+        """A submits 8, then B submits 2: B's are claimed in turn with A's, not after them."""
+        a = Api(http, make_key([workspace]))
+        first = a.batch([body(slow_url, workspace) for _ in range(8)]).json()["results"]
+        a_ids = [r["retrieval"]["id"] for r in first]
+        wait_running(a, a_ids, WORKER_PROCESSES)
+        other = uuid.uuid4()
+        b = Api(http, make_key([other]))
+        second = b.batch([body(slow_url, other) for _ in range(2)]).json()["results"]
+        b_ids = [r["retrieval"]["id"] for r in second]
+        b_last = max(settled for settled, _ in settled_order(b, b_ids))
+        a_after = [settled for settled, _ in settled_order(a, a_ids) if settled > b_last]
+        # Round-robin: B's two are claimed among A's next two or three, so at least three of
+        # A's eight settle after B's last (FIFO: none).
+        assert len(a_after) >= 3, (b_last, a_after)
+
+
+class TestQueueOrder:
+    """What a worker takes first when several of its queues hold messages."""
+
+    def test_priority_order_whatever_the_given_order(self) -> None:
+        """kombu hands the cycle its queues as a set: the order must not depend on it."""
+        cycle = LaneOrder()
+        for given in ([BATCH_QUEUE, INTERACTIVE_QUEUE, SWEEP_QUEUE], [INTERACTIVE_QUEUE, "x"]):
+            cycle.update(set(given))
+            assert cycle.consume(len(given)) == [q for q in QUEUE_PRIORITY if q in given] + [
+                q for q in given if q not in QUEUE_PRIORITY
+            ]
+            cycle.rotate(cycle.items[0])  # serving a queue never moves it
+            assert cycle.items[0] == [q for q in QUEUE_PRIORITY if q in given][0]
+
+
+class TestSweepKeepsLanes:
+    """What the sweep publishes again goes back to the lane it came from."""
+
+    def test_plan_by_lane(self) -> None:
+        """Never-published rows always; stale ones only beyond what the lane's queue holds."""
+        ids = [uuid.uuid4() for _ in range(6)]
+        due = [(ids[0], "batch"), (ids[1], "interactive"), (ids[2], "batch")]
+        due += [(ids[3], "batch"), (ids[4], "interactive"), (ids[5], "batch")]
+        never = {ids[0], ids[1]}
+        plan = plan_publish(due, never, {INTERACTIVE_QUEUE: 0, BATCH_QUEUE: 2})
+        assert plan == {"interactive": [ids[1], ids[4]], "batch": [ids[0], ids[2]]}
+        assert plan_publish(due, set(), {INTERACTIVE_QUEUE: 5, BATCH_QUEUE: 5}) == {}
+
+    def test_lost_batch_messages_are_republished(
+        self, api: Api, site: TLSSite, workspace: uuid.UUID
+    ) -> None:
+        """Batch rows whose messages never reached the broker are run by the sweep's publish."""
+        import sqlalchemy as sa
+
+        from worker.store import db
+        from worker.store.models import Retrieval
+
+        url = site.page(f"/lanes/{uuid.uuid4().hex}", article("Republished"))
+        ids = parked(workspace, 3, url)
+        T = Retrieval.__table__.c  # type: ignore[attr-defined]
+        db.with_transient_retry(
+            lambda s: s.execute(
+                sa.update(Retrieval)
+                .where(T.id.in_([uuid.UUID(i) for i in ids]))
+                .values(lane="batch", published_at=None)
+            )
+        )
+        done = [api.wait(i, timeout=60) for i in ids]
+        assert {d["state"] for d in done} == {"completed"}
