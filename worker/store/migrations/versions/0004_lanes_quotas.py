@@ -4,7 +4,7 @@ Existing rows become `interactive` (what they were: one FIFO queue). Two partial
 the batch claim (workspaces with pending batch work, oldest first) and per-workspace open counts.
 
 Revision ID: 0004_lanes
-Revises: 0002
+Revises: 0003
 Create Date: 2026-12-01 00:30:00.000000
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0004_lanes"
-down_revision: str | None = "0002"
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
