@@ -99,7 +99,9 @@ class RetrieveRequest(BaseModel):
 MAX_BATCH_ITEMS = 1000
 _ITEMS_SCHEMA = {
     "type": "array",
-    "items": {"$ref": "#/components/schemas/RetrieveRequest"},
+    # Any value is taken at this level: each is then checked as a retrieve body on its own, and
+    # a bad one is that item's 400, never the batch's.
+    "items": {"anyOf": [{"$ref": "#/components/schemas/RetrieveRequest"}, {}]},
     "minItems": 1,
     "maxItems": MAX_BATCH_ITEMS,
     "description": "Each item exactly a `retrieve` body; each is answered on its own.",

@@ -38,9 +38,10 @@ ERRORS: dict[int, tuple[str, str, str]] = {
         "PayloadTooLarge",
     ),
     429: (
-        "upstream_unavailable",
-        "Too many image fetches for this key at once (`details.reason` is `rate_limited`); "
-        "see Retry-After.",
+        "rate_limited",
+        "Over one of the workspace's quotas (code `rate_limited`), or, on `images/get`, too many "
+        "image fetches for this key at once (code `upstream_unavailable`, `details.reason` "
+        "`rate_limited`); see Retry-After.",
         "TooManyRequests",
     ),
     500: ("internal", "An unexpected error; nothing about it is disclosed.", "InternalError"),
@@ -123,11 +124,23 @@ def operations() -> dict[tuple[str, str], Operation]:
                 202: ("RetrievalResponse", "Recorded; a worker will fetch it. Poll it by id."),
                 200: ("RetrievalResponse", "This mutation_id was used before: that retrieval."),
             },
-            (409, 413),
+            (409, 413, 429),
             ex["retrieve"],
             ex["retrieval"],
             poll_advice=True,
             links=_retrieval_links(),
+        ),
+        ("post", f"{evidence}/retrieve/batch"): Operation(
+            "retrieveBatch",
+            "BatchRetrieveRequest",
+            {200: ("BatchRetrieveResponse", "One result per item, in the order of the items.")},
+            (413,),
+        ),
+        ("post", f"{evidence}/retrievals/batch-get"): Operation(
+            "getRetrievalsBatch",
+            "BatchGetRequest",
+            {200: ("BatchGetResponse", "One retrieval per id, in order; null when unknown.")},
+            (413,),
         ),
         ("get", f"{evidence}/retrievals/{{retrieval_id}}"): Operation(
             "getRetrieval", None, {200: retrieval}, (404,), None, ex["retrieval"], poll_advice=True

@@ -181,4 +181,23 @@ def components() -> dict[str, dict[str, Any]]:
         "Error": _error_schema(),
         "Health": _object({"status": {"type": "string", "const": "ok"}}, ["status"]),
         "Readiness": _ready_schema(),
+        **_batch_schemas(),
     }
+
+
+def _batch_schemas() -> dict[str, dict[str, Any]]:
+    """The batch routes' bodies, from their models (whose retrievals are the contract's)."""
+    from api.schemas import _ITEMS_SCHEMA, BatchGetRequest, BatchGetResponse, BatchRetrieveResponse
+
+    schemas: dict[str, dict[str, Any]] = {
+        # Its items refer to the RetrieveRequest component, which pydantic cannot resolve.
+        "BatchRetrieveRequest": _object({"items": copy.deepcopy(_ITEMS_SCHEMA)}, ["items"]),
+    }
+    for model in (BatchRetrieveResponse, BatchGetRequest, BatchGetResponse):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, definition in schema.pop("$defs", {}).items():
+            schemas.setdefault(name, definition)
+        schemas[model.__name__] = schema
+    # The ids are checked as UUIDs (the model's validator does not show in its schema).
+    schemas["BatchGetRequest"]["properties"]["ids"]["items"] = copy.deepcopy(UUID)
+    return schemas

@@ -76,7 +76,7 @@ class TestDocs:
         assert body["required"] == ["items"] and body.get("additionalProperties") is False
         items = body["properties"]["items"]
         assert items["maxItems"] == 1000
-        assert items["items"]["$ref"].endswith("/RetrieveRequest")
+        assert items["items"]["anyOf"][0]["$ref"].endswith("/RetrieveRequest")
         answer = schema_of(batch["responses"]["200"]["content"]["application/json"]["schema"])
         result = schema_of(answer["properties"]["results"]["items"])
         assert set(result["properties"]) == {"status", "retrieval", "error"}
@@ -86,7 +86,8 @@ class TestDocs:
         answer = schema_of(read["responses"]["200"]["content"]["application/json"]["schema"])
         retrieval = answer["properties"]["retrievals"]["items"]["anyOf"][0]
         assert set(schema_of(retrieval)["properties"]) >= {"id", "state", "result", "evidence"}
-        assert "429" in batch["responses"]
+        # A quota refuses an item (429 in its result), never the whole batch.
+        assert 429 in result["properties"]["status"]["enum"] and "429" not in batch["responses"]
         get = paths["/research-api/evidence/retrievals/{retrieval_id}"]["get"]
         assert {"name": "prefer", "in": "header"}.items() <= get["parameters"][1].items()
 
