@@ -202,4 +202,4 @@ class TestBatchGet:
         """Ids must be 1 to 1 000 UUIDs."""
         response = api.client.post(BATCH_GET, json=payload, headers=api.headers)
         error = check_envelope(response, 400, "invalid_input")
-        assert error.get("field") in ("ids", "id")
+        assert error.get("field") in ("ids", "ids[0]", "id")
