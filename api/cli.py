@@ -56,25 +56,61 @@ def api(
 
 @app.command()
 def worker(
-    concurrency: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
-    queues: Annotated[str, typer.Option(help="Queues to consume.")] = "retrievals,sweep",
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            help="Threads pool: retrievals in flight (default EVIDENCE_WORKER_IN_FLIGHT). "
+            "Prefork: processes (default EVIDENCE_WORKER_CONCURRENCY, else 2 x cores)."
+        ),
+    ] = None,
+    queues: Annotated[
+        str | None, typer.Option(help="Queues to consume, comma-separated (default: all).")
+    ] = None,
     hostname: Annotated[str | None, typer.Option(help="Node name (unique per worker).")] = None,
     nice: Annotated[
         int, typer.Option(help="Lower the workers' CPU priority (keeps a shared API responsive).")
     ] = 0,
+    pool: Annotated[
+        str | None,
+        typer.Option(help="threads (default, EVIDENCE_WORKER_POOL) or prefork."),
+    ] = None,
 ) -> None:
-    """Run a Celery worker (prefork) that processes retrievals and sweeps."""
-    from worker.jobs.celery_app import app as celery
+    """Run a Celery worker that processes retrievals and sweeps.
+
+    The threads pool keeps many retrievals in flight in one process and extracts in a pool of
+    processes; this command supervises that process and replaces it if it dies.
+    """
+    from worker.jobs.node import lower_priority
 
     if nice:
-        os.nice(nice)
+        lower_priority(nice)
     _configure_logging()
     settings = get_settings()
-    n = concurrency or settings.worker_concurrency or 2 * (os.cpu_count() or 1)
-    argv = ["worker", "-Q", queues, "--concurrency", str(n), "-E", "--loglevel", settings.log_level]
+    pool = pool or settings.worker_pool
+    if pool not in ("threads", "prefork"):
+        typer.echo("--pool must be threads or prefork", err=True)
+        raise typer.Exit(2)
+    if queues is None:
+        from worker.jobs.celery_app import WORKER_QUEUES
+
+        queues = ",".join(WORKER_QUEUES)
+    argv = ["worker", "-Q", queues, "-E", "--loglevel", settings.log_level]
     if hostname:
         argv += ["--hostname", hostname]
-    celery.worker_main(argv)
+    if pool == "prefork":
+        from worker.jobs.celery_app import app as celery
+
+        n = concurrency or settings.worker_concurrency or 2 * (os.cpu_count() or 1)
+        celery.worker_main([*argv, "--pool", "prefork", "--concurrency", str(n)])
+        return
+    from worker.jobs.node import preload, run_threads_worker
+    from worker.jobs.supervisor import Supervisor
+
+    preload()
+
+    in_flight = concurrency or settings.worker_in_flight
+    argv += ["--concurrency", str(in_flight)]
+    raise typer.Exit(Supervisor(lambda: run_threads_worker(argv)).run())
 
 
 @app.command()

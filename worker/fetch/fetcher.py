@@ -44,8 +44,9 @@ MAX_RESPONSE_HEADERS = 256
 REDIRECT_DRAIN_BYTES = 16 * 1024
 #: Raw (still encoded) bytes read at most, as a multiple of the decoded byte bound.
 RAW_BYTES_FACTOR = 2
-#: Pooled connections kept alive, and for how long, in seconds.
-MAX_KEEPALIVE_CONNECTIONS = 32
+#: Pooled connections kept alive, and for how long, in seconds. A worker keeps hundreds of
+#: retrievals in flight, up to the per-host limit on each of many hosts at once.
+MAX_KEEPALIVE_CONNECTIONS = 128
 KEEPALIVE_EXPIRY_SECONDS = 30.0
 
 ACCEPT = (
@@ -103,6 +104,9 @@ class Fetcher:
         ca = str(settings.ca_bundle) if settings.ca_bundle else None
         pool = httpcore.ConnectionPool(
             ssl_context=tls_context(ca),
+            # No cap of its own (httpcore's default is 10): the retrievals in flight and the
+            # per-host politeness limit bound the connections.
+            max_connections=None,
             max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
             keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
             http1=True,

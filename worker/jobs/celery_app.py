@@ -19,6 +19,8 @@ RETRIEVE_TASK = "evidence.retrieve"
 SWEEP_TASK = "evidence.sweep"
 RETRIEVE_QUEUE = "retrievals"
 SWEEP_QUEUE = "sweep"
+#: What `evidence worker` consumes when not given `--queues`.
+WORKER_QUEUES = (RETRIEVE_QUEUE, SWEEP_QUEUE)
 #: Redis re-delivers an unacked message after this; every task ends long before it.
 VISIBILITY_TIMEOUT_SECONDS = 3600
 #: How long a publish may wait on the broker before the outbox leaves the row to the sweep.
@@ -99,6 +101,14 @@ def _preload_pipeline(**_: Any) -> None:
     children share the parent's copy.
     """
     import worker.content.assets  # noqa: F401
+
+
+@signals.worker_shutdown.connect
+def _stop_extract_pool(**_: Any) -> None:
+    """A threads-pool worker's extraction processes end with it (prefork has none)."""
+    from worker.jobs import extract_pool
+
+    extract_pool.stop()
 
 
 @signals.worker_process_init.connect

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -11,8 +12,10 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from worker import clock
 from worker.content.results import failure_result
+from worker.fetch.egress import deadline_scope
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
+from worker.jobs import extract_pool, replay
 from worker.reasons import Reason
 from worker.settings import get_settings
 from worker.store import db, retrievals
@@ -40,15 +43,65 @@ def reset_fetcher() -> None:
 
 
 def produce_output(claim: retrievals.Claim) -> PipelineOutput:
-    """Fetch and extract: the content step, with the page's images. Never raises for a source."""
+    """Fetch and extract: the content step, with the page's images. Never raises for a source.
+
+    In a threads-pool worker the fetches run here and the extraction in the process pool
+    (`produce_split`); in a prefork child both run here, bounded by Celery's soft time limit.
+    """
     from worker.content.assets import PipelineOutput, run_pipeline_with_assets
 
+    pool = extract_pool.get()
+    if pool is not None:
+        return produce_split(claim, pool)
     try:
         fetcher = MeteredFetcher(get_fetcher())
         return run_pipeline_with_assets(fetcher, claim.url, claim.kind, claim.language)  # type: ignore[arg-type]
     except SoftTimeLimitExceeded:
         log.warning("soft_time_limit")
         return PipelineOutput(failure_result(claim.kind, Reason.TIMEOUT, clock.now()))  # type: ignore[arg-type]
+
+
+def produce_split(claim: retrievals.Claim, pool: extract_pool.ExtractPool) -> PipelineOutput:
+    """Fetch in this thread, extract in `pool`, all within the retrieval's own time bound.
+
+    Threads cannot be interrupted the way Celery's soft time limit interrupts a prefork child,
+    so the same bound (fetch total + extract budget + margin, well inside the lease) is a
+    deadline here: every fetch ends by it (on top of its own total timeout), and every
+    extraction step by it (queueing for a process included) and by the extraction budget
+    (its own running time), whichever comes first.
+    """
+    settings = get_settings()
+    fetcher = MeteredFetcher(get_fetcher())
+    bound = settings.soft_time_limit
+    deadline = time.monotonic() + bound
+    fetched: replay.Fetched = {}
+    # This first step only finds what to fetch (or that nothing may be): no parsing yet.
+    step = replay.pipeline_step(claim.url, claim.kind, claim.language, fetched)
+    with deadline_scope(bound):
+        for _ in range(replay.MAX_FETCHES):
+            if not isinstance(step, replay.NeedFetch):
+                return step
+            replay.fetch_into(fetcher, step.url, fetched)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return _timed_out(claim, "deadline")
+            args = (claim.url, claim.kind, claim.language, fetched)
+            if replay.nothing_to_parse(fetched):
+                step = replay.pipeline_step(*args)  # a failure's result: no process needed
+                continue
+            try:
+                step = pool.run(replay.pipeline_step, args, settings.extract_budget_seconds, left)
+            except extract_pool.ExtractionTimeout:
+                return _timed_out(claim, "extraction")
+    raise RuntimeError(f"the pipeline asked for more than {replay.MAX_FETCHES} fetches")
+
+
+def _timed_out(claim: retrievals.Claim, stage: str) -> PipelineOutput:
+    """The result of a retrieval that overran its bound: unavailable/timeout, as prefork's."""
+    from worker.content.assets import PipelineOutput
+
+    log.warning("retrieval_timeout", stage=stage)
+    return PipelineOutput(failure_result(claim.kind, Reason.TIMEOUT, clock.now()))  # type: ignore[arg-type]
 
 
 def run_retrieval(retrieval_id: uuid.UUID) -> str:
