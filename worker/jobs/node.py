@@ -25,18 +25,15 @@ def run_threads_worker(argv: list[str]) -> int:
     db.skip_pre_ping()
     db.queue_for_connections()
     runner.reset_fetcher()
-    pool = extract_pool.start(settings.extract_process_count, settings.extract_nice)
+    extraction = extract_pool.start(settings.extract_process_count, settings.extract_nice)
     # The fork server takes seconds to start and import the pipeline: let Celery start
     # meanwhile (retrievals that arrive first queue for a process within their deadline).
-    threading.Thread(target=pool.warm, name="extract-pool-warm", daemon=True).start()
+    threading.Thread(target=extraction.warm, name="extract-pool-warm", daemon=True).start()
     # Celery cancels running tasks when the broker connection drops by killing their process;
     # a thread cannot be killed. The task finishes and settles instead (the database fences
     # it), and the broker redelivers its message, which then claims nothing.
     app.conf.worker_cancel_long_running_tasks_on_connection_loss = False
-    try:
-        app.worker_main([*argv, "--pool", "threads"])
-    except SystemExit as done:
-        return done.code if isinstance(done.code, int) else int(done.code is not None)
+    app.worker_main([*argv, "--pool", "threads"])  # ends in SystemExit with its exit code
     return 0
 
 

@@ -11,6 +11,7 @@ again only repeats the work that led up to the fetch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from worker.reasons import Reason
 MAX_FETCHES = 4
 
 
-@dataclass(frozen=True)
+@dataclass
 class NeedFetch(Exception):
     """The step needs `url` fetched before it can go on."""
 
@@ -87,6 +88,33 @@ def pipeline_step(url: str, kind: str, language: str | None, fetched: Fetched) -
         return run_pipeline_with_assets(ReplayFetcher(fetched), url, kind, language)  # type: ignore[arg-type]
     except NeedFetch as need:
         return need
+
+
+def drive(
+    url: str,
+    kind: str,
+    language: str | None,
+    fetcher: Any,
+    extract: Callable[[Fetched], Any],
+) -> Any:
+    """Run a retrieval's pipeline: fetch with `fetcher` here, run each step with `extract`.
+
+    `extract(fetched)` runs `pipeline_step` over what was fetched wherever CPU work belongs
+    (an extraction process) and returns what it returned. The first step, before any fetch,
+    only finds what to fetch (or that nothing may be fetched) and runs here; so does a step
+    after failed fetches only, which just reports the failure. Returns the `PipelineOutput`.
+    """
+    fetched: Fetched = {}
+    step = pipeline_step(url, kind, language, fetched)
+    for _ in range(MAX_FETCHES):
+        if not isinstance(step, NeedFetch):
+            return step
+        fetch_into(fetcher, step.url, fetched)
+        if nothing_to_parse(fetched):
+            step = pipeline_step(url, kind, language, fetched)
+        else:
+            step = extract(fetched)
+    raise RuntimeError(f"the pipeline asked for more than {MAX_FETCHES} fetches")
 
 
 def nothing_to_parse(fetched: Fetched) -> bool:

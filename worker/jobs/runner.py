@@ -71,36 +71,29 @@ def produce_split(claim: retrievals.Claim, pool: extract_pool.ExtractPool) -> Pi
     (its own running time), whichever comes first.
     """
     settings = get_settings()
-    fetcher = MeteredFetcher(get_fetcher())
     bound = settings.soft_time_limit
     deadline = time.monotonic() + bound
-    fetched: replay.Fetched = {}
-    # This first step only finds what to fetch (or that nothing may be): no parsing yet.
-    step = replay.pipeline_step(claim.url, claim.kind, claim.language, fetched)
-    with deadline_scope(bound):
-        for _ in range(replay.MAX_FETCHES):
-            if not isinstance(step, replay.NeedFetch):
-                return step
-            replay.fetch_into(fetcher, step.url, fetched)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return _timed_out(claim, "deadline")
-            args = (claim.url, claim.kind, claim.language, fetched)
-            if replay.nothing_to_parse(fetched):
-                step = replay.pipeline_step(*args)  # a failure's result: no process needed
-                continue
-            try:
-                step = pool.run(replay.pipeline_step, args, settings.extract_budget_seconds, left)
-            except extract_pool.ExtractionTimeout:
-                return _timed_out(claim, "extraction")
-    raise RuntimeError(f"the pipeline asked for more than {replay.MAX_FETCHES} fetches")
+
+    def extract(fetched: replay.Fetched) -> object:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise extract_pool.ExtractionTimeout("no time left to extract")
+        args = (claim.url, claim.kind, claim.language, fetched)
+        return pool.run(replay.pipeline_step, args, settings.extract_budget_seconds, left)
+
+    try:
+        with deadline_scope(bound):
+            fetcher = MeteredFetcher(get_fetcher())
+            return replay.drive(claim.url, claim.kind, claim.language, fetcher, extract)  # type: ignore[no-any-return]
+    except extract_pool.ExtractionTimeout as exc:
+        return _timed_out(claim, str(exc))
 
 
-def _timed_out(claim: retrievals.Claim, stage: str) -> PipelineOutput:
+def _timed_out(claim: retrievals.Claim, why: str) -> PipelineOutput:
     """The result of a retrieval that overran its bound: unavailable/timeout, as prefork's."""
     from worker.content.assets import PipelineOutput
 
-    log.warning("retrieval_timeout", stage=stage)
+    log.warning("retrieval_timeout", detail=why)
     return PipelineOutput(failure_result(claim.kind, Reason.TIMEOUT, clock.now()))  # type: ignore[arg-type]
 
 

@@ -60,6 +60,8 @@ class Supervisor:
                 for sig in FORWARDED_SIGNALS:
                     signal.signal(sig, signal.SIG_DFL)
                 code = self.start_worker()
+            except SystemExit as done:
+                code = done.code if isinstance(done.code, int) else int(done.code is not None)
             except BaseException:
                 traceback.print_exc()
             finally:
