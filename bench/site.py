@@ -3,9 +3,11 @@
 An asyncio (uvloop when installed) HTTP/1.1 server: every response is rendered once at start
 (identity and gzip), so serving costs little more than TLS and a socket write. It listens on
 127.0.0.1 … 127.0.0.K, one "host" per address, to stand in for a batch spanning K sites.
-`--latency-ms` delays every response (robots.txt included) without using CPU.
+`--latency-ms` delays every response (robots.txt included) without using CPU: a fixed number
+of milliseconds, or `mix`, ordinary web latency: lognormal with median 500 ms, p90 1.8 s, p99
+5.1 s, capped at 10 s, drawn once per path (so every contender waits the same for each page).
 
-Run: python -m bench.site --pages N --hosts K --latency-ms M --ready FILE
+Run: python -m bench.site --pages N --hosts K --latency-ms M|mix --ready FILE
 It writes {"port", "ca", "hosts"} to FILE once listening; GET /__stats answers counters.
 """
 
@@ -14,7 +16,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import hashlib
 import json
+import math
+import random
 import socket
 import ssl
 from dataclasses import dataclass, field
@@ -73,11 +78,30 @@ def routes(pages: int, seed: int) -> dict[str, Response]:
     return table
 
 
+#: The latency mix: lognormal around a median of 500 ms with sigma 1.0 (p90 1.8 s, p99 5.1 s).
+MIX_MEDIAN_SECONDS = 0.5
+MIX_SIGMA = 1.0
+MIX_CAP_SECONDS = 10.0
+
+
+def mix_delay(path: str, seed: int = 1) -> float:
+    """The delay of `path` under the latency mix, in seconds (the same for the same path)."""
+    digest = hashlib.blake2b(f"{seed}:{path}".encode(), digest_size=8).digest()
+    rng = random.Random(int.from_bytes(digest, "big"))
+    return min(MIX_CAP_SECONDS, rng.lognormvariate(math.log(MIX_MEDIAN_SECONDS), MIX_SIGMA))
+
+
+def parse_latency(value: str) -> float | str:
+    """`--latency-ms`: milliseconds as a number, or "mix"."""
+    return "mix" if value == "mix" else float(value)
+
+
 class Site:
     """The server: routes, latency, counters."""
 
-    def __init__(self, table: dict[str, Response], latency: float) -> None:
+    def __init__(self, table: dict[str, Response], latency: float | str, seed: int = 1) -> None:
         self.table, self.latency, self.stats = table, latency, Stats()
+        self.seed = seed
         self.missing = build(b"not found", "text/plain", "404 Not Found")
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -97,8 +121,9 @@ class Site:
                     for k, _, v in (h.partition(":") for h in lines[1:])
                 }
                 self.stats.requests += 1
-                if self.latency:
-                    await asyncio.sleep(self.latency)
+                delay = self.delay(path)
+                if delay:
+                    await asyncio.sleep(delay)
                 data = self.respond(path, headers.get("accept-encoding", ""))
                 writer.write(data)
                 self.stats.bytes_out += len(data)
@@ -109,6 +134,12 @@ class Site:
             return
         finally:
             writer.close()
+
+    def delay(self, path: str) -> float:
+        """Seconds to hold the response to `path`."""
+        if self.latency == "mix":
+            return mix_delay(path, self.seed) if path != "/__stats" else 0.0
+        return float(self.latency) / 1000
 
     def respond(self, path: str, accept_encoding: str) -> bytes:
         """The response bytes for `path`."""
@@ -140,7 +171,7 @@ async def serve(args: argparse.Namespace) -> None:
     cert = ca.issue_cert(*names, "localhost")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     cert.configure_cert(context)
-    site = Site(routes(args.pages, args.seed), args.latency_ms / 1000)
+    site = Site(routes(args.pages, args.seed), args.latency_ms, args.seed)
     port = args.port or _free_port()
     server = await asyncio.start_server(
         site.handle, host=names, port=port, ssl=context, backlog=1024, reuse_address=True
@@ -158,7 +189,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=1000)
     parser.add_argument("--hosts", type=int, default=16)
-    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--latency-ms", type=parse_latency, default=0.0, help="ms, or mix")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ready", required=True, help="file to write {port, ca, hosts} to")
