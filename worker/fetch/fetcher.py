@@ -49,6 +49,9 @@ RAW_BYTES_FACTOR = 2
 MAX_KEEPALIVE_CONNECTIONS = 128
 KEEPALIVE_EXPIRY_SECONDS = 30.0
 
+#: How long past the fetch deadline a politeness slot outlives its holder, in seconds.
+SLOT_LEASE_MARGIN_SECONDS = 1.0
+
 ACCEPT = (
     "text/html,application/xhtml+xml;q=0.9,text/vtt;q=0.9,application/x-subrip;q=0.9,"
     "text/plain;q=0.8,*/*;q=0.1"
@@ -129,7 +132,11 @@ class Fetcher:
             trust_env=False,
         )
         state = SharedState(settings.politeness_redis_url)
-        self.politeness = politeness or Politeness(state)
+        # A slot is held for one hop of one fetch, which ends by the fetch's total deadline:
+        # a slot left behind by a killed worker (with up to the per-host limit of each host's
+        # slots when it ran hundreds of fetches) frees soon after, not two minutes later.
+        lease = settings.fetch_total_timeout_seconds + SLOT_LEASE_MARGIN_SECONDS
+        self.politeness = politeness or Politeness(state, slot_lease_seconds=lease)
         self.robots = RobotsPolicy(self.politeness.state, settings.user_agent, self._fetch_robots)
 
     def fetch(self, url: str) -> FetchedResponse:
