@@ -48,8 +48,9 @@ def cmdline(pid: int) -> str:
 def forkserver_trees(pid: int) -> list[int]:
     """Every process under `pid` that belongs to a multiprocessing fork server's tree (the
     threads-pool worker's extraction processes and their server)."""
+    # Its processes are forked from it, so they carry its command line too: count each once.
     servers = [p for p in tree(pid) if "forkserver" in cmdline(p)]
-    return [p for server in servers for p in tree(server)]
+    return list(dict.fromkeys(p for server in servers for p in tree(server)))
 
 
 def cpu_seconds(pid: int, *, reaped: bool = True) -> float:
