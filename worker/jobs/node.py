@@ -2,7 +2,7 @@
 
 `evidence worker` runs this in a child it supervises (`worker.jobs.supervisor`). Celery's
 threads pool delivers the messages (acks late, one thread per retrieval in flight); the
-extraction processes start first, from a fork server, before Celery starts any thread.
+extraction processes start from a fork server while Celery starts.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ import threading
 from pathlib import Path
 
 from worker.settings import get_settings
+
+#: Messages a threads-pool worker reserves, per thread.
+THREADS_PREFETCH_MULTIPLIER = 2
 
 
 def run_threads_worker(argv: list[str]) -> int:
@@ -33,6 +36,11 @@ def run_threads_worker(argv: list[str]) -> int:
     # a thread cannot be killed. The task finishes and settles instead (the database fences
     # it), and the broker redelivers its message, which then claims nothing.
     app.conf.worker_cancel_long_running_tasks_on_connection_loss = False
+    # The threads pool consumes in a blocking loop that asks the broker again only every poll
+    # (up to a second or two): with no message waiting in the process, a thread that frees
+    # idles that long. Reserving twice the threads keeps the next message at hand. Reserved
+    # messages are unacked: a lost worker's are redelivered, or republished by the sweep.
+    app.conf.worker_prefetch_multiplier = THREADS_PREFETCH_MULTIPLIER
     app.worker_main([*argv, "--pool", "threads"])  # ends in SystemExit with its exit code
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -26,14 +27,17 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 _fetcher: Fetcher | None = None
+_fetcher_lock = threading.Lock()
 
 
 def get_fetcher() -> Fetcher:
-    """The process's fetcher (one connection pool per worker process)."""
+    """The process's fetcher (one connection pool, politeness gate and robots memo per worker
+    process: hundreds of threads start at once, and must all get the same one)."""
     global _fetcher
-    if _fetcher is None:
-        _fetcher = Fetcher(get_settings())
-    return _fetcher
+    with _fetcher_lock:
+        if _fetcher is None:
+            _fetcher = Fetcher(get_settings())
+        return _fetcher
 
 
 def reset_fetcher() -> None:
@@ -66,9 +70,10 @@ def produce_split(claim: retrievals.Claim, pool: extract_pool.ExtractPool) -> Pi
 
     Threads cannot be interrupted the way Celery's soft time limit interrupts a prefork child,
     so the same bound (fetch total + extract budget + margin, well inside the lease) is a
-    deadline here: every fetch ends by it (on top of its own total timeout), and every
-    extraction step by it (queueing for a process included) and by the extraction budget
-    (its own running time), whichever comes first.
+    deadline here: every fetch ends by it (on top of its own total timeout), and an extraction
+    step still running (or still queued for a process) when it passes is stopped, its process
+    killed and replaced. As with the soft limit, the extract budget is extraction's share of
+    the bound, not a limit of its own: time the fetches did not use is extraction's too.
     """
     settings = get_settings()
     bound = settings.soft_time_limit
@@ -79,7 +84,7 @@ def produce_split(claim: retrievals.Claim, pool: extract_pool.ExtractPool) -> Pi
         if left <= 0:
             raise extract_pool.ExtractionTimeout("no time left to extract")
         args = (claim.url, claim.kind, claim.language, fetched)
-        return pool.run(replay.pipeline_step, args, settings.extract_budget_seconds, left)
+        return pool.run(replay.pipeline_step, args, left, left)
 
     try:
         with deadline_scope(bound):
