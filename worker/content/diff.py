@@ -15,6 +15,7 @@ own revisions. The counts cover every hunk, not only the lines that fit in the o
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TypedDict
 
@@ -48,30 +49,34 @@ class _OverBudget(Exception):
 
 
 class _BoundedMatcher(difflib.SequenceMatcher[str]):
-    """A SequenceMatcher that gives up past a work budget and matches only the ends."""
+    """A SequenceMatcher (no junk heuristic) that raises _OverBudget past a work budget."""
 
     def __init__(self, a: Sequence[str], b: Sequence[str], budget: int) -> None:
-        self.budget = budget
-        self.approximate = False
+        self.lines, self.budget = (a, b), budget
+        self.occurrences = Counter(b)
         super().__init__(None, a, b, autojunk=False)
 
     def find_longest_match(
         self, alo: int = 0, ahi: int | None = None, blo: int = 0, bhi: int | None = None
     ) -> difflib.Match:
-        stop = len(self.a) if ahi is None else ahi
+        a = self.lines[0]
+        stop = len(a) if ahi is None else ahi
         # The positions the search visits: each line of a's range, and where it occurs in b.
-        self.budget -= stop - alo + sum(len(self.b2j.get(line, ())) for line in self.a[alo:stop])
+        self.budget -= stop - alo + sum(self.occurrences[line] for line in a[alo:stop])
         if self.budget < 0:
             raise _OverBudget
         return super().find_longest_match(alo, ahi, blo, bhi)
 
+
+class _EndsMatcher(difflib.SequenceMatcher[str]):
+    """A SequenceMatcher that matches only the common leading and trailing lines."""
+
+    def __init__(self, a: Sequence[str], b: Sequence[str]) -> None:
+        self.lines = (a, b)
+        super().__init__(None, a, b, autojunk=False)
+
     def get_matching_blocks(self) -> list[difflib.Match]:
-        try:
-            return super().get_matching_blocks()
-        except _OverBudget:
-            self.approximate = True
-            self.matching_blocks = _ends(self.a, self.b)
-            return self.matching_blocks
+        return _ends(*self.lines)
 
 
 def _ends(a: Sequence[str], b: Sequence[str]) -> list[difflib.Match]:
@@ -106,7 +111,10 @@ def _range(start: int, length: int) -> str:
 
 
 def _unified(
-    matcher: _BoundedMatcher, a: Sequence[str], b: Sequence[str], labels: tuple[str, str]
+    matcher: difflib.SequenceMatcher[str],
+    a: Sequence[str],
+    b: Sequence[str],
+    labels: tuple[str, str],
 ) -> Iterator[str]:
     yield f"--- {labels[0]}"
     yield f"+++ {labels[1]}"
@@ -145,8 +153,13 @@ def diff_text(
     """
     a, cut_a = _lines(old)
     b, cut_b = _lines(new)
-    matcher = _BoundedMatcher(a, b, budget)
-    opcodes = matcher.get_opcodes()
+    matcher: difflib.SequenceMatcher[str] = _BoundedMatcher(a, b, budget)
+    try:
+        opcodes = matcher.get_opcodes()
+    except _OverBudget:
+        matcher = _EndsMatcher(a, b)
+        opcodes = matcher.get_opcodes()
+    approximate = isinstance(matcher, _EndsMatcher)
     removed = sum(i2 - i1 for tag, i1, i2, _, _ in opcodes if tag in ("replace", "delete"))
     added = sum(j2 - j1 for tag, _, _, j1, j2 in opcodes if tag in ("replace", "insert"))
     unified, cut_out = (
@@ -156,6 +169,6 @@ def diff_text(
         "unified": unified,
         "lines_added": added,
         "lines_removed": removed,
-        "approximate": matcher.approximate,
+        "approximate": approximate,
         "truncated": cut_a or cut_b or cut_out,
     }
