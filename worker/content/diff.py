@@ -153,6 +153,8 @@ def diff_text(
     """
     a, cut_a = _lines(old)
     b, cut_b = _lines(new)
+    if a == b:
+        return _text_diff("", 0, 0, approximate=False, truncated=cut_a or cut_b)
     matcher: difflib.SequenceMatcher[str] = _BoundedMatcher(a, b, budget)
     try:
         opcodes = matcher.get_opcodes()
@@ -162,13 +164,19 @@ def diff_text(
     approximate = isinstance(matcher, _EndsMatcher)
     removed = sum(i2 - i1 for tag, i1, i2, _, _ in opcodes if tag in ("replace", "delete"))
     added = sum(j2 - j1 for tag, _, _, j1, j2 in opcodes if tag in ("replace", "insert"))
-    unified, cut_out = (
-        ("", False) if not (added or removed) else _bounded(_unified(matcher, a, b, labels))
+    unified, truncated = _bounded(_unified(matcher, a, b, labels))
+    return _text_diff(
+        unified, added, removed, approximate=approximate, truncated=cut_a or cut_b or truncated
     )
+
+
+def _text_diff(
+    unified: str, added: int, removed: int, *, approximate: bool, truncated: bool
+) -> TextDiff:
     return {
         "unified": unified,
         "lines_added": added,
         "lines_removed": removed,
         "approximate": approximate,
-        "truncated": cut_a or cut_b or cut_out,
+        "truncated": truncated,
     }
