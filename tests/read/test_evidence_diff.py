@@ -83,8 +83,10 @@ def diff_of(
     """The 200 answer's `diff`, validated."""
     response = get_diff(api, evidence_id, **{"from": old, "to": new})
     assert response.status_code == 200, response.text
-    validator.validate(response.json())
-    return response.json()["diff"]
+    answer = response.json()
+    validator.validate(answer)
+    diff: dict[str, Any] = answer["diff"]
+    return diff
 
 
 class TestTextDiff:

@@ -40,9 +40,9 @@ def apply(unified: str, old: str) -> list[str]:
     return result + source[at:]
 
 
-def check(old: str, new: str, **kwargs: int) -> diff.TextDiff:
+def check(old: str, new: str, budget: int = diff.MAX_MATCH_WORK) -> diff.TextDiff:
     """diff_text(old, new), with the diff applied back and the counts checked against it."""
-    found = diff_text(old, new, **kwargs)
+    found = diff_text(old, new, budget=budget)
     if found["unified"]:
         assert apply(found["unified"], old) == new.splitlines()
         body = found["unified"].splitlines()[2:]
