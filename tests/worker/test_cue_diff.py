@@ -88,6 +88,14 @@ class TestMatching:
         assert counts(found) == (0, 5, 0, 1, 0, 0)
         assert found["entries"] == [{"change": "changed", "from": old[4], "to": new[4]}]
 
+    def test_one_timing_many_cues(self) -> None:
+        """Many cues at one timing, all reworded: paired in order, each changed once."""
+        old = [cue(0, 1_000, f"old {n}") for n in range(cue_diff.MAX_TIMING_CANDIDATES * 3)]
+        new = [cue(0, 1_000, f"new {n}") for n in range(len(old))]
+        found = check(old, new)
+        assert counts(found) == (0, 0, 0, len(old), 0, 0)
+        assert [e["to"] for e in found["entries"]] == new
+
     def test_timing_within_tolerance_is_changed(self) -> None:
         """A cue re-snapped by a few ms (with new text) is still the same cue, changed."""
         old = track(2)

@@ -10,7 +10,8 @@ cues no earlier pass paired, and pairs earliest first:
    whose start and end both moved by `D` (± tolerance) are "shifted": not listed one by one,
    since `offset_ms` says it all. A track re-timed by a constant offset is all "shifted".
 3. **changed, same timing**: start and end equal, or equal after `D`, each ± tolerance;
-   the text differs (or the timing, within the tolerance).
+   the text differs (or the timing, within the tolerance). Old cues in time order, each
+   with the nearest such new cue.
 4. **changed, re-timed**: the same text, starting within RETIME_WINDOW_MS (nearest first).
 5. Whatever is left is **removed** (old) or **added** (new).
 
@@ -137,19 +138,32 @@ def _shifted(matching: _Matching, offset: int) -> list[Pair]:
 
 
 def _same_timing(matching: _Matching, offset: int) -> list[Pair]:
-    """Pair free cues whose start and end agree, after `offset`, within the tolerance."""
-    free = sorted(matching.new_free, key=lambda j: matching.new[j]["start_ms"])
+    """Pair free cues whose start and end agree, after `offset`, within the tolerance.
+
+    Old cues in time order, each with the nearest free new cue among the next
+    MAX_TIMING_CANDIDATES by start (paired ones leave the list, so many cues of one timing
+    pair in order).
+    """
+    free = sorted(matching.new_free, key=lambda j: (matching.new[j]["start_ms"], j))
     starts = [matching.new[j]["start_ms"] for j in free]
-    candidates = []
-    for i in matching.old_free:
-        old = matching.old[i]
-        at = bisect.bisect_left(starts, old["start_ms"] + offset - TIMING_TOLERANCE_MS)
-        stop = min(len(free), at + MAX_TIMING_CANDIDATES)
-        while at < stop and starts[at] <= old["start_ms"] + offset + TIMING_TOLERANCE_MS:
-            if abs(matching.moved_by(i, free[at])[1] - offset) <= TIMING_TOLERANCE_MS:
-                candidates.append((i, free[at]))
-            at += 1
-    return _greedy(matching, candidates, offset)
+    pairs = []
+    for i in sorted(matching.old_free, key=lambda i: (matching.old[i]["start_ms"], i)):
+        low = matching.old[i]["start_ms"] + offset - TIMING_TOLERANCE_MS
+        first = bisect.bisect_left(starts, low)
+        best: tuple[int, int] | None = None
+        for at in range(first, min(len(free), first + MAX_TIMING_CANDIDATES)):
+            if starts[at] > low + 2 * TIMING_TOLERANCE_MS:
+                break
+            start, end = matching.moved_by(i, free[at])
+            distance = abs(start - offset) + abs(end - offset)
+            if abs(end - offset) <= TIMING_TOLERANCE_MS and (best is None or distance < best[0]):
+                best = (distance, at)
+        if best is not None:
+            j = free.pop(best[1])
+            del starts[best[1]]
+            matching.pair(i, j)
+            pairs.append((i, j))
+    return pairs
 
 
 def _retimed(matching: _Matching) -> list[Pair]:
