@@ -1,14 +1,15 @@
 """What changed in a caption track between two evidence revisions: cues matched, then listed.
 
 `match_cues(old, new)` pairs the cues of two tracks in passes; each pass considers only the
-cues no earlier pass paired, and pairs earliest first:
+cues no earlier pass paired:
 
-1. **identical**: same `start_ms`, `end_ms` and text.
+1. **identical**: same `start_ms`, `end_ms` and text (in track order).
 2. **shifted**: the track's dominant offset `D` is the most frequent `new.start - old.start`
    among same-text pairs whose end moved by the same amount (± TIMING_TOLERANCE_MS); it
    counts when at least MIN_SHIFT_CUES pairs agree (ties: the smaller |D|). Same-text cues
-   whose start and end both moved by `D` (± tolerance) are "shifted": not listed one by one,
-   since `offset_ms` says it all. A track re-timed by a constant offset is all "shifted".
+   whose start and end both moved by `D` (± tolerance) are "shifted" (nearest to `D` first,
+   then earliest): not listed one by one, since `offset_ms` says it all. A track re-timed
+   by a constant offset is all "shifted".
 3. **changed, same timing**: start and end equal, or equal after `D`, each ± tolerance;
    the text differs (or the timing, within the tolerance). Old cues in time order, each
    with the nearest such new cue.
@@ -17,8 +18,8 @@ cues no earlier pass paired, and pairs earliest first:
 
 Bounds: each track is cut to MAX_INPUT_CUES; same-text groups larger than MAX_GROUP_PAIRS
 candidate pairs are paired in order instead of by every pair, and pass 3 tries at most
-MAX_TIMING_CANDIDATES new cues per old one; the listed entries stop at
-MAX_ENTRIES or MAX_ENTRY_BYTES of cue text (`truncated: true`). The counts cover every cue.
+MAX_TIMING_CANDIDATES new cues per old one; the listed entries stop at MAX_ENTRIES or
+MAX_ENTRY_BYTES of cue text (`truncated: true`). The counts cover every cue.
 """
 
 from __future__ import annotations
