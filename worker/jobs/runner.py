@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from celery.exceptions import SoftTimeLimitExceeded
 
-from worker import clock
+from worker import clock, ranked_gate
 from worker.content.results import failure_result
 from worker.fetch.egress import deadline_scope
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
 from worker.jobs import extract_pool, notify, replay
 from worker.jobs.outcomes import Delivery, task_outcome
+from worker.ranked_gate import ranked
 from worker.reasons import Reason
 from worker.settings import get_settings
 from worker.states import RetrievalState as S
@@ -143,7 +144,10 @@ def run_next_batch() -> dict[str, Any] | None:
     None when there was nothing to claim (another token ran the retrieval this one stood for).
     """
     lease = timedelta(seconds=get_settings().lease_seconds)
-    claim = db.with_transient_retry(lambda s: retrievals.claim_next_batch(s, clock.now(), lease))
+    with ranked(ranked_gate.BATCH):  # its turn for a connection comes after interactive work's
+        claim = db.with_transient_retry(
+            lambda s: retrievals.claim_next_batch(s, clock.now(), lease)
+        )
     if claim is None:
         log.info("claim_skipped", lane="batch")
         return None
@@ -152,7 +156,16 @@ def run_next_batch() -> dict[str, Any] | None:
 
 
 def run_claim(claim: retrievals.Claim) -> dict[str, Any]:
-    """Fetch, extract and settle a claimed retrieval; announce it once settled."""
+    """Fetch, extract and settle a claimed retrieval; announce it once settled.
+
+    What it queues for in this process (a host's fetch slot, an extraction process, a database
+    connection) an interactive retrieval gets before the batch lane's work.
+    """
+    with ranked(ranked_gate.BATCH if claim.lane == "batch" else ranked_gate.INTERACTIVE):
+        return _run_claim(claim)
+
+
+def _run_claim(claim: retrievals.Claim) -> dict[str, Any]:
     structlog.contextvars.bind_contextvars(workspace_id=str(claim.workspace_id))
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
     output = produce_output(claim)

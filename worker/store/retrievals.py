@@ -113,6 +113,8 @@ class Claim:
     kind: str
     language: str | None
     workspace_id: uuid.UUID
+    #: The lane it was claimed from (`models.LANES`): what its work queues behind.
+    lane: str = "interactive"
 
 
 #: Columns a new retrieval is inserted with (`_row_values`).
@@ -550,7 +552,9 @@ def claim_next_batch(session: Session, now: datetime, lease: timedelta) -> Claim
         if row is None:
             continue
         session.execute(_SERVED, {"b_workspace": workspace_id, "b_now": now})
-        return Claim(row.id, row.attempt, row.url, row.kind, row.language or None, workspace_id)
+        return Claim(
+            row.id, row.attempt, row.url, row.kind, row.language or None, workspace_id, "batch"
+        )
     return None
 
 
