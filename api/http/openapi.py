@@ -256,6 +256,18 @@ def operations() -> dict[tuple[str, str], Operation]:
     }
 
 
+def _webhook_links() -> dict[str, Any]:
+    """A created endpoint's id, as the routes on one endpoint take it."""
+    webhook_id = {"webhook_id": "$response.body#/webhook/id"}
+    names = ("getWebhook", "updateWebhook", "rotateWebhookSecret", "listWebhookDeliveries")
+    links = {
+        name[0].upper() + name[1:]: {"operationId": name, "parameters": webhook_id}
+        for name in names
+    }
+    links["DeleteWebhook"] = {"operationId": "deleteWebhook", "parameters": webhook_id}
+    return links
+
+
 def _webhook_operations() -> dict[tuple[str, str], Operation]:
     """The webhook routes (docs/webhooks.md)."""
     base = "/research-api/webhooks"
@@ -265,7 +277,11 @@ def _webhook_operations() -> dict[tuple[str, str], Operation]:
     deliveries = ("WebhookDeliveryListResponse", "The deliveries, newest first.")
     return {
         ("post", base): Operation(
-            "createWebhook", "WebhookCreateRequest", {201: with_secret}, (409, 413)
+            "createWebhook",
+            "WebhookCreateRequest",
+            {201: with_secret},
+            (409, 413),
+            links=_webhook_links(),
         ),
         ("get", base): Operation(
             "listWebhooks", None, {200: ("WebhookListResponse", "The endpoints.")}

@@ -69,7 +69,7 @@ def make_celery() -> Celery:
     app = Celery(
         "evidence",
         broker=settings.broker_url,
-        include=["worker.jobs.tasks", "worker.jobs.webhooks"],
+        include=["worker.jobs.tasks", "worker.jobs.webhook_tasks"],
     )
     app.conf.update(
         task_acks_late=True,

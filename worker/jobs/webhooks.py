@@ -27,7 +27,6 @@ from worker.jobs.celery_app import (
     DELIVER_WEBHOOK_TASK,
     PUBLISH_CONNECT_TIMEOUT_SECONDS,
     WEBHOOK_QUEUE,
-    WEBHOOK_SWEEP_TASK,
     app,
 )
 from worker.payloads import retrieval_payload
@@ -89,7 +88,7 @@ def publish_committed(delivery_ids: list[uuid.UUID]) -> None:
         unsent = [i for i in delivery_ids if i not in sent]
         if unsent:
             db.with_transient_retry(lambda s: store.mark_unpublished(s, unsent))
-    except Exception:  # noqa: BLE001  (rows stay published_at=now: republished after R seconds)
+    except Exception:  # rows stay published_at=now: the sweep republishes them after R s
         log.exception("webhook_publish_after_commit_failed", count=len(delivery_ids))
 
 
@@ -201,15 +200,3 @@ def run_webhook_sweep(now: datetime | None = None) -> WebhookSweepReport:
     if failed or published:
         log.info("webhook_sweep", **report.__dict__)
     return report
-
-
-@app.task(name=DELIVER_WEBHOOK_TASK)
-def deliver(delivery_id: str) -> dict[str, Any]:
-    """Send one attempt of a webhook delivery (see `run_delivery`)."""
-    return run_delivery(uuid.UUID(delivery_id))
-
-
-@app.task(name=WEBHOOK_SWEEP_TASK, soft_time_limit=60, time_limit=90, send_events=False)
-def sweep() -> dict[str, int]:
-    """Fail expired and republish due webhook deliveries (see `run_webhook_sweep`)."""
-    return run_webhook_sweep().__dict__

@@ -81,12 +81,13 @@ def get_endpoint(session: Session, endpoint_id: uuid.UUID) -> sa.Row[Any] | None
     return session.execute(sa.select(ENDPOINT).where(ENDPOINT.c.id == endpoint_id)).one_or_none()
 
 
-def list_endpoints(session: Session, workspace_ids: Sequence[uuid.UUID]) -> list[sa.Row[Any]]:
-    query = (
-        sa.select(ENDPOINT)
-        .where(ENDPOINT.c.workspace_id.in_(list(workspace_ids)))
-        .order_by(ENDPOINT.c.created_at, ENDPOINT.c.id)
-    )
+def list_endpoints(
+    session: Session, workspace_ids: Sequence[uuid.UUID] | None
+) -> list[sa.Row[Any]]:
+    """The endpoints of these workspaces (None: of every workspace), oldest first."""
+    query = sa.select(ENDPOINT).order_by(ENDPOINT.c.created_at, ENDPOINT.c.id)
+    if workspace_ids is not None:
+        query = query.where(ENDPOINT.c.workspace_id.in_(list(workspace_ids)))
     return list(session.execute(query))
 
 
