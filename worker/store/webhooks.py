@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from worker.clock import as_utc
 from worker.settings import get_settings
 from worker.store import db
 from worker.store.models import Retrieval, WebhookDelivery, WebhookEndpoint
@@ -270,11 +271,15 @@ def claim(
         endpoint_id=row.endpoint_id,
         retrieval_id=row.retrieval_id,
         event_type=row.event_type,
-        retry_until=row.retry_until,
+        retry_until=as_utc(row.retry_until),
         url=endpoint.url,
         secret=endpoint.secret,
         previous_secret=endpoint.previous_secret,
-        previous_secret_until=endpoint.previous_secret_until,
+        previous_secret_until=(
+            None
+            if endpoint.previous_secret_until is None
+            else as_utc(endpoint.previous_secret_until)
+        ),
     )
 
 
