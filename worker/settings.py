@@ -183,6 +183,7 @@ class Settings(BaseSettings):
         """How long a delivery claim holds: past the send's total bound, with the grace."""
         return self.webhook_total_timeout_seconds + 5 + self.lease_grace_seconds
 
+    @property
     def extract_process_count(self) -> int:
         """Extraction processes of a threads-pool worker."""
         return self.extract_processes or os.cpu_count() or 1

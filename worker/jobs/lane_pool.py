@@ -5,9 +5,9 @@ MULTIPLIER`), so a thread that frees finds its next message at hand. Celery's ow
 them to a `ThreadPoolExecutor`, whose queue is first in, first out: a single retrieval that
 arrives while batch tokens wait in the process would start after all of them, and with hundreds
 of threads that is seconds. Here the waiting messages are ranked as the broker ranks its queues
-(`celery_app.QUEUE_PRIORITY`: sweep, interactive, webhooks, batch) and taken best rank first, in arrival
-order within a rank. Batch tokens are interchangeable (the claim picks which retrieval runs),
-so letting a single overtake them takes nothing from any workspace.
+(`celery_app.QUEUE_PRIORITY`: sweep, interactive, webhooks, batch) and taken best rank first, in
+arrival order within a rank. Batch tokens are interchangeable (the claim picks which retrieval
+runs), so letting a single overtake them takes nothing from any workspace.
 """
 
 from __future__ import annotations
