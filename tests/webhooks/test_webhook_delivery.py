@@ -87,21 +87,6 @@ class TestDelivery:
             assert delivery["attempts"] == 1 and delivery["next_attempt_at"] is None
         _check_metrics(hooks.client)
 
-
-def _check_metrics(http: Any) -> None:
-    """/metrics counts deliveries by state and times attempts by outcome."""
-    from api.http import metrics
-
-    metrics.WEBHOOKS._cached = None  # read now, not the last scrape's cached figures
-    text = http.get("/metrics").text
-    assert 'evidence_webhook_deliveries{state="delivered"}' in text
-    delivered = [
-        line
-        for line in text.splitlines()
-        if line.startswith('evidence_webhook_attempt_duration_seconds_count{outcome="delivered"}')
-    ]
-    assert delivered and float(delivered[0].split()[-1]) >= 4
-
     def test_receiver_down_then_back_is_delivered_once_it_returns(
         self,
         env: Env,
@@ -257,3 +242,18 @@ def _check_metrics(http: Any) -> None:
         assert Api(http, hooks.key).cancel(own).status_code == 200
         _wait_delivery(hooks, webhook_id, own, _delivered)
         assert [r.verify(secret)["data"]["retrieval"]["id"] for r in inbox.received] == [own]
+
+
+def _check_metrics(http: Any) -> None:
+    """/metrics counts deliveries by state and times attempts by outcome."""
+    from api.http import metrics
+
+    metrics.WEBHOOKS._cached = None  # read now, not the last scrape's cached figures
+    text = http.get("/metrics").text
+    assert 'evidence_webhook_deliveries{state="delivered"}' in text
+    delivered = [
+        line
+        for line in text.splitlines()
+        if line.startswith('evidence_webhook_attempt_duration_seconds_count{outcome="delivered"}')
+    ]
+    assert delivered and float(delivered[0].split()[-1]) >= 4
