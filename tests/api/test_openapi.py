@@ -22,6 +22,7 @@ ID_ROUTES = {
     ("get", "/research-api/evidence/retrievals/{retrieval_id}"),
     ("post", "/research-api/evidence/retrievals/{retrieval_id}/cancel"),
     ("get", "/research-api/evidence/{evidence_id}"),
+    ("get", "/research-api/evidence/{evidence_id}/diff"),
 }
 #: Webhook routes that answer 409: too many endpoints; a redelivery while an attempt is in flight.
 WEBHOOK_CONFLICTS = {
