@@ -13,6 +13,7 @@ from typing import Annotated
 import structlog
 import typer
 
+from api import webhook_cli
 from worker.settings import flower_logins, get_settings
 
 app = typer.Typer(help="Evidence retrieval service.", no_args_is_help=True, add_completion=False)
@@ -22,6 +23,7 @@ quotas_app = typer.Typer(
     help="Per-workspace quotas (defaults: EVIDENCE_QUOTA_*).", no_args_is_help=True
 )
 app.add_typer(quotas_app, name="quotas")
+app.add_typer(webhook_cli.app, name="webhooks")
 
 
 def _configure_logging() -> None:
@@ -96,9 +98,10 @@ def worker(
     queues: Annotated[
         str | None,
         typer.Option(
-            help="Queues to consume (default: retrievals,retrievals-batch,sweep): retrievals "
-            "is the interactive lane, retrievals-batch the batch lane. Whatever the order "
-            "given, a worker takes sweep, then interactive, then batch messages.",
+            help="Queues to consume (default: retrievals,retrievals-batch,webhooks,sweep): "
+            "retrievals is the interactive lane, retrievals-batch the batch lane, webhooks the "
+            "signed deliveries. Whatever the order given, a worker takes sweep, then "
+            "interactive, then webhook, then batch messages.",
             show_default=False,
         ),
     ] = None,

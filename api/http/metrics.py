@@ -40,6 +40,7 @@ from prometheus_client.core import (
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from api.http.webhook_metrics import WebhookCollector
 from worker import clock
 from worker.fetch import fleet_metrics as fetch_metrics
 from worker.jobs import outbox
@@ -256,6 +257,8 @@ def _fetch_families(stats: fetch_metrics.FetchStats) -> Iterator[Metric]:
 
 STATE = StateCollector()
 REGISTRY.register(STATE)
+WEBHOOKS = WebhookCollector(CACHE_SECONDS)
+REGISTRY.register(WEBHOOKS)
 router = APIRouter(include_in_schema=False)
 
 
@@ -266,6 +269,7 @@ def scrape_registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     _multiprocess_collector(registry)
     registry.register(STATE)
+    registry.register(WEBHOOKS)
     return registry
 
 

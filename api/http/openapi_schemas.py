@@ -13,6 +13,7 @@ from typing import Any
 from api.mcp import read_tools  # noqa: F401  (provides the search contracts' documents)
 from api.mcp.tools import contract_file
 from api.read_schemas import MAX_SAFE_INTEGER
+from api.webhook_schemas import openapi_components
 
 #: The error codes a body may carry (`payload_too_large` and `rate_limited` included).
 ERROR_CODES = [
@@ -234,6 +235,7 @@ def components() -> dict[str, dict[str, Any]]:
         "Health": _object({"status": {"type": "string", "const": "ok"}}, ["status"]),
         "Readiness": _ready_schema(),
         **_batch_schemas(),
+        **openapi_components(),
     }
 
 

@@ -149,3 +149,66 @@ class WorkspaceQuota(SQLModel, table=True):
     write_rate: float | None = Field(default=None, sa_column=sa.Column(sa.Float))
     write_burst: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
     updated_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+
+
+class WebhookEndpoint(SQLModel, table=True):
+    """A workspace's webhook receiver: where settled retrievals are announced, and how signed."""
+
+    __tablename__ = "webhook_endpoint"
+    __table_args__ = (sa.Index("ix_webhook_endpoint_workspace", "workspace_id"),)
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    url: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    #: Subscribed event types, space-separated (` retrieval.settled `: padded for LIKE).
+    events: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    description: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    enabled: bool = Field(sa_column=sa.Column(sa.Boolean, nullable=False))
+    #: Why the service disabled it (NULL when enabled, or disabled by its owner).
+    disabled_reason: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    #: The signing secret (`whsec_…`): the service must know it to sign, so it is stored as is
+    #: (docs/webhooks.md); it is answered only at create and rotate.
+    secret: str = Field(sa_column=sa.Column(sa.String(80), nullable=False))
+    previous_secret: str | None = Field(default=None, sa_column=sa.Column(sa.String(80)))
+    previous_secret_until: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    #: Since when every attempt failed (NULL after a success): disables it past a bound.
+    failing_since: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    updated_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """One event for one endpoint: the outbox row, its attempts and its outcome."""
+
+    __tablename__ = "webhook_delivery"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "endpoint_id", "retrieval_id", "event_type", name="uq_webhook_delivery_event"
+        ),
+        sa.Index("ix_webhook_delivery_due", "state", "next_attempt_at"),
+        sa.Index("ix_webhook_delivery_endpoint", "endpoint_id", "created_at"),
+    )
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    endpoint_id: uuid.UUID = Field(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("webhook_endpoint.id", ondelete="CASCADE"), nullable=False
+        )
+    )
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    retrieval_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    event_type: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
+    #: `pending` (to send, or sending under a lease), `delivered` or `failed`.
+    state: str = Field(sa_column=sa.Column(sa.String(16), nullable=False))
+    #: Attempts claimed so far: the fencing token of the outcome's UPDATE.
+    attempts: int = Field(sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"))
+    lease_until: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    next_attempt_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    #: Past this, a failed attempt marks the delivery failed (a redelivery moves it).
+    retry_until: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    published_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    last_attempt_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    delivered_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    last_status: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
+    last_error: str | None = Field(default=None, sa_column=sa.Column(sa.Text))

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from worker.content.results import Result, cancelled_result, has_content
 from worker.states import RetrievalState as S
 from worker.states import sources_of
-from worker.store import db, evidence
+from worker.store import db, evidence, webhooks
 from worker.store.models import (
     BATCH_PENDING_SQL,
     LANE_BATCH,
@@ -595,6 +595,7 @@ def settle(
     )
     if not rowcount(won):
         raise Fenced(str(claim.retrieval_id))
+    webhooks.record_settled(session, [claim.retrieval_id], now)
 
 
 def settle_claim(
@@ -629,7 +630,10 @@ def cancel(session: Session, row: Retrieval, now: datetime) -> Retrieval | None:
         )
         .returning(*RETRIEVAL.columns)
     ).one_or_none()
-    return None if cancelled is None else Retrieval(**cancelled._mapping)
+    if cancelled is None:
+        return None
+    webhooks.record_settled(session, [row.id], now)
+    return Retrieval(**cancelled._mapping)
 
 
 def expire_due(
@@ -643,7 +647,9 @@ def expire_due(
     if retrieval_id is not None:
         stmt = stmt.where(RETRIEVAL.c.id == retrieval_id)
     values = stmt.values(state=S.EXPIRED.value, settled_at=now, lease_until=None)
-    return list(session.execute(values.returning(RETRIEVAL.c.id)).scalars())
+    expired = list(session.execute(values.returning(RETRIEVAL.c.id)).scalars())
+    webhooks.record_settled(session, expired, now)
+    return expired
 
 
 def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int, list[uuid.UUID]]:
@@ -664,7 +670,9 @@ def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int
         .values(state=S.UNCONFIRMED.value, settled_at=now, lease_until=None)
         .returning(RETRIEVAL.c.id)
     ).scalars()
-    return rowcount(retried), list(gave_up)
+    unconfirmed = list(gave_up)
+    webhooks.record_settled(session, unconfirmed, now)
+    return rowcount(retried), unconfirmed
 
 
 def due_for_publish(
