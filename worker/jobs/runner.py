@@ -13,7 +13,7 @@ from worker import clock
 from worker.content.results import failure_result
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
-from worker.jobs import notify
+from worker.jobs import freshness, notify
 from worker.jobs.outcomes import Delivery, task_outcome
 from worker.reasons import Reason
 from worker.settings import get_settings
@@ -21,7 +21,7 @@ from worker.states import RetrievalState as S
 from worker.store import db, retrievals
 
 if TYPE_CHECKING:
-    from worker.content.pipeline import PipelineOutput
+    from worker.content.pipeline import FetcherLike, PipelineOutput
 
 log = structlog.get_logger(__name__)
 
@@ -53,11 +53,11 @@ def close_fetcher() -> None:
         fetcher.close()
 
 
-def produce_output(claim: retrievals.Claim) -> PipelineOutput:
+def produce_output(claim: retrievals.Claim, fetcher: FetcherLike | None = None) -> PipelineOutput:
     """Fetch and extract: the content step, with the page's images. Never raises for a source."""
     from worker.content.pipeline import PipelineOutput, run_pipeline
 
-    fetcher = MeteredFetcher(get_fetcher())
+    fetcher = fetcher or MeteredFetcher(get_fetcher())
     try:
         return run_pipeline(fetcher, claim.url, claim.kind, claim.language)  # type: ignore[arg-type]
     except SoftTimeLimitExceeded:
@@ -105,9 +105,11 @@ def run_claim(claim: retrievals.Claim) -> dict[str, Any]:
     """Fetch, extract and settle a claimed retrieval; announce it once settled."""
     structlog.contextvars.bind_contextvars(workspace_id=str(claim.workspace_id))
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
-    output = produce_output(claim)
+    plan = freshness.prepare(claim, get_fetcher(), MeteredFetcher(get_fetcher()))
+    output = plan.output or produce_output(claim, plan.fetcher)
     result = output.result
     settled = retrievals.settle_claim(claim, result, clock.now(), output.images)
+    freshness.settled(claim, plan, result, settled)
     # A fenced settle may have expired it; a cancel or a newer attempt announce themselves.
     notify.settled([claim.retrieval_id])
     log.info(

@@ -96,6 +96,8 @@ class NewRetrieval:
     url: str
     kind: str
     language: str | None
+    #: Reuse window (`Cache-Control: max-age=N`): not part of what the mutation identifies.
+    max_age_seconds: int | None = None
 
     @property
     def language_key(self) -> str:
@@ -129,6 +131,7 @@ _NEW_COLUMNS = (
     "published_at",
     "created_at",
     "valid_until",
+    "max_age_seconds",
 )
 
 
@@ -196,6 +199,7 @@ def _row_values(request: NewRetrieval, now: datetime, ttl: timedelta, lane: str)
         "published_at": now,
         "created_at": now,
         "valid_until": now + ttl,
+        "max_age_seconds": request.max_age_seconds,
     }
 
 

@@ -1,0 +1,194 @@
+"""Keep evidence fresh cheaply: reuse within a client's window, revalidate, remember validators.
+
+The runner calls `prepare` before the pipeline and `settled` after the settle:
+
+* `prepare` finds what this request (workspace, kind, requested URL, language) led to last
+  (`worker.store.sources`). Within the client's `max-age` the stored revision is the answer at
+  once, with no fetch (`reused`). Otherwise, when every URL the last retrieval fetched left a
+  validator, each is asked again conditionally through the guarded fetcher; if every one
+  answers an acceptable 304 (`worker.fetch.conditional.accept_not_modified`) the stored revision
+  is the answer, with no download and no extraction (`revalidated`). Anything else is a full
+  retrieval, which reuses whatever the conditional requests already brought back in full.
+* `settled` records what the request led to (revision, validators, status) and moves the
+  revision's `last confirmed` time: on a 304 and on a full fetch of identical content, not on
+  a reuse (a window is not a confirmation), and counts the outcome (`freshness_metrics`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Literal
+
+import structlog
+from celery.exceptions import SoftTimeLimitExceeded
+from sqlalchemy.orm import Session
+
+from worker import clock
+from worker.content.results import Provenance, Result, failure_result, has_content
+from worker.fetch import conditional, fleet_metrics, freshness_metrics
+from worker.fetch.conditional import PrimedFetcher, RecordingFetcher, Validator
+from worker.fetch.types import FetchedResponse, FetchFailure
+from worker.reasons import Reason
+from worker.store import db, sources
+
+if TYPE_CHECKING:
+    from worker.content.pipeline import PipelineOutput
+    from worker.fetch.fetcher import Fetcher
+    from worker.store.retrievals import Claim
+
+log = structlog.get_logger(__name__)
+
+How = Literal["reused", "revalidated"]
+
+
+@dataclass
+class Plan:
+    """What `prepare` decided: a finished output, or the fetcher the pipeline should use."""
+
+    fetcher: RecordingFetcher
+    #: The stored revision's result (reused or revalidated), or a timeout; None: run the pipeline.
+    output: PipelineOutput | None = None
+    how: How | None = None
+    #: Validators to remember after a revalidation (a 304 may carry fresher ones).
+    validators: list[Validator] = field(default_factory=list)
+
+
+def may_reuse(max_age_seconds: int | None, source: sources.StoredSource, now: datetime) -> bool:
+    """Whether the stored revision answers without a fetch: the client sent `max-age=N`, the
+    request's revision is still the item's latest, and it was fetched or confirmed at most N
+    seconds before `now` (age ≤ N: `max-age=0` reuses only what was confirmed this instant)."""
+    if max_age_seconds is None or source.revision != source.latest_revision:
+        return False
+    return now - source.last_confirmed <= timedelta(seconds=max_age_seconds)
+
+
+def stored_result(kind: str, source: sources.StoredSource, now: datetime) -> Result:
+    """The stored revision as a `result`: the same content and status, `retrieved_at` = `now`."""
+    provenance: Provenance = {**source.provenance, "retrieved_at": clock.isoformat(now)}  # type: ignore[typeddict-item]
+    return {
+        "kind": kind,  # type: ignore[typeddict-item]
+        "status": source.outcome["status"],
+        "text": source.text,
+        "title": source.title,
+        "description": source.description,
+        "segments": source.segments,
+        "provenance": provenance,
+        "reason": source.outcome["reason"],
+        "warnings": list(source.outcome["warnings"]),
+        "retry_after_seconds": None,
+    }
+
+
+def prepare(claim: Claim, fetcher: Fetcher, pipeline_fetcher: conditional.FetcherLike) -> Plan:
+    """Reuse or revalidate what this request led to last; else the fetcher for a full run.
+
+    `fetcher` sends the conditional requests; `pipeline_fetcher` (the same one, metered) serves
+    a full retrieval. Never raises for a source or the database: doubt means a full retrieval.
+    """
+    plan = Plan(RecordingFetcher(pipeline_fetcher))
+    try:
+        return _prepare(claim, fetcher, pipeline_fetcher, plan)
+    except SoftTimeLimitExceeded:
+        log.warning("soft_time_limit")
+        plan.output = _output(failure_result(claim.kind, Reason.TIMEOUT, clock.now()))  # type: ignore[arg-type]
+        return plan
+    except Exception as exc:  # noqa: BLE001  (a plain retrieval is always a correct answer)
+        log.warning("revalidation_skipped", error=type(exc).__name__)
+        return plan
+
+
+def _output(result: Result) -> PipelineOutput:
+    from worker.content.pipeline import PipelineOutput
+
+    return PipelineOutput(result)
+
+
+def _prepare(
+    claim: Claim, fetcher: Fetcher, pipeline_fetcher: conditional.FetcherLike, plan: Plan
+) -> Plan:
+    def read(session: Session) -> tuple[int | None, sources.StoredSource | None]:
+        found = sources.find(session, claim.workspace_id, claim.kind, claim.url, claim.language)
+        return sources.max_age_of(session, claim.retrieval_id), found
+
+    max_age, source = db.with_transient_retry(read)
+    if source is None:
+        return plan
+    if may_reuse(max_age, source, clock.now()):
+        plan.output, plan.how = _output(stored_result(claim.kind, source, clock.now())), "reused"
+        return plan
+    validators: list[Validator] = source.validators
+    if not conditional.can_revalidate(validators):
+        return plan
+    primed: dict[str, FetchedResponse | FetchFailure] = {}
+    confirmed: list[Validator] = []
+    for validator in validators:
+        headers = conditional.conditional_headers(validator)
+        start = time.perf_counter()
+        try:
+            answer = fetcher.revalidate(validator["url"], headers)
+        except FetchFailure as failure:
+            primed[validator["url"]] = failure
+            break
+        if conditional.accept_not_modified(headers, validator, answer):
+            fleet_metrics.record_fetch("not_modified", time.perf_counter() - start, 0)
+            confirmed.append(conditional.updated(validator, answer))  # type: ignore[arg-type]
+            continue
+        if isinstance(answer, FetchedResponse):
+            fleet_metrics.record_fetch(
+                "truncated" if answer.truncated else "ok",
+                time.perf_counter() - start,
+                len(answer.body),
+            )
+            primed[validator["url"]] = answer
+        break
+    if len(confirmed) == len(validators):
+        plan.output = _output(stored_result(claim.kind, source, clock.now()))
+        plan.how, plan.validators = "revalidated", confirmed
+        return plan
+    plan.fetcher = RecordingFetcher(PrimedFetcher(pipeline_fetcher, primed))
+    return plan
+
+
+def settled(claim: Claim, plan: Plan, result: Result, won: bool) -> None:
+    """After the settle: remember what the request led to, confirm the revision, count it."""
+    if not won or not has_content(result):
+        return
+    try:
+        outcome = db.with_transient_retry(lambda s: _remember(s, claim, plan, result))
+    except Exception as exc:  # noqa: BLE001  (the retrieval is settled; this only saves work)
+        log.warning("freshness_not_recorded", error=type(exc).__name__)
+        return
+    if outcome is not None:
+        freshness_metrics.record(outcome, claim.kind)
+
+
+def _remember(session: Session, claim: Claim, plan: Plan, result: Result) -> str | None:
+    done = sources.settled_revision(session, claim.retrieval_id)
+    if done is None:
+        return None
+    if plan.how == "reused":
+        return "reused"
+    validators = plan.validators if plan.how == "revalidated" else plan.fetcher.validators
+    if not done.new:
+        sources.confirm(session, done.evidence_id, done.revision, done.settled_at)
+    sources.remember(
+        session,
+        claim.workspace_id,
+        claim.kind,
+        claim.url,
+        claim.language,
+        evidence_id=done.evidence_id,
+        revision=done.revision,
+        validators=list(validators),
+        outcome={
+            "status": result["status"],
+            "reason": result["reason"],
+            "warnings": result["warnings"],
+        },
+        at=done.settled_at,
+    )
+    if plan.how == "revalidated":
+        return "revalidated"
+    return "new_revision" if done.new else "unchanged"
