@@ -138,6 +138,9 @@ class Fetcher:
             ),
         ):
             if response.status_code == NOT_MODIFIED:
+                # A 304 has no body (h11 enforces it); reading its end lets the connection
+                # go back to the pool instead of being closed with an unfinished response.
+                self._read_body(response, REDIRECT_DRAIN_BYTES)
                 lowered = {k.lower(): v for k, v in response.headers.multi_items()}
                 return NotModified(url=target.url, headers=lowered)
             return self._finish(target, response)

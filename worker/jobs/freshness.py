@@ -1,6 +1,6 @@
 """Keep evidence fresh cheaply: reuse within a client's window, revalidate, remember validators.
 
-The runner calls `prepare` before the pipeline and `settled` after the settle:
+The runner calls `prepare` before the pipeline, and `remember` and `settled` at the settle:
 
 * `prepare` finds what this request (workspace, kind, requested URL, language) led to last
   (`worker.store.sources`). Within the client's `max-age` the stored revision is the answer at
@@ -9,14 +9,16 @@ The runner calls `prepare` before the pipeline and `settled` after the settle:
   answers an acceptable 304 (`worker.fetch.conditional.accept_not_modified`) the stored revision
   is the answer, with no download and no extraction (`revalidated`). Anything else is a full
   retrieval, which reuses whatever the conditional requests already brought back in full.
-* `settled` records what the request led to (revision, validators, status) and moves the
-  revision's `last confirmed` time: on a 304 and on a full fetch of identical content, not on
-  a reuse (a window is not a confirmation), and counts the outcome (`freshness_metrics`).
+* `remember`, run in the settle's own transaction, records what the request led to (revision,
+  validators, status) and moves the revision's `last confirmed` time: on a 304 and on a full
+  fetch of identical content, not on a reuse (a window is not a confirmation); `settled`
+  counts the outcome after the commit (`freshness_metrics`).
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
@@ -31,7 +33,7 @@ from worker.fetch import conditional, fleet_metrics, freshness_metrics
 from worker.fetch.conditional import PrimedFetcher, RecordingFetcher, Validator
 from worker.fetch.types import FetchedResponse, FetchFailure
 from worker.reasons import Reason
-from worker.store import db, sources
+from worker.store import db, retrievals, sources
 
 if TYPE_CHECKING:
     from worker.content.pipeline import PipelineOutput
@@ -53,6 +55,10 @@ class Plan:
     how: How | None = None
     #: Validators to remember after a revalidation (a 304 may carry fresher ones).
     validators: list[Validator] = field(default_factory=list)
+    #: What this request led to last time, as `prepare` read it.
+    source: sources.StoredSource | None = None
+    #: How the settled retrieval stayed fresh (`freshness_metrics.OUTCOMES`), once settled.
+    outcome: str | None = None
 
 
 def may_reuse(max_age_seconds: int | None, source: sources.StoredSource, now: datetime) -> bool:
@@ -108,13 +114,14 @@ def _output(result: Result) -> PipelineOutput:
 def _prepare(
     claim: Claim, fetcher: Fetcher, pipeline_fetcher: conditional.FetcherLike, plan: Plan
 ) -> Plan:
-    def read(session: Session) -> tuple[int | None, sources.StoredSource | None]:
-        found = sources.find(session, claim.workspace_id, claim.kind, claim.url, claim.language)
-        return sources.max_age_of(session, claim.retrieval_id), found
-
-    max_age, source = db.with_transient_retry(read)
+    max_age, source = db.with_transient_retry(
+        lambda s: sources.find(
+            s, claim.retrieval_id, claim.workspace_id, claim.kind, claim.url, claim.language
+        )
+    )
     if source is None:
         return plan
+    plan.source = source
     if may_reuse(max_age, source, clock.now()):
         plan.output, plan.how = _output(stored_result(claim.kind, source, clock.now())), "reused"
         return plan
@@ -151,44 +158,57 @@ def _prepare(
     return plan
 
 
-def settled(claim: Claim, plan: Plan, result: Result, won: bool) -> None:
-    """After the settle: remember what the request led to, confirm the revision, count it."""
-    if not won or not has_content(result):
-        return
-    try:
-        outcome = db.with_transient_retry(lambda s: _remember(s, claim, plan, result))
-    except Exception as exc:  # noqa: BLE001  (the retrieval is settled; this only saves work)
-        log.warning("freshness_not_recorded", error=type(exc).__name__)
-        return
-    if outcome is not None:
-        freshness_metrics.record(outcome, claim.kind)
+def remember(claim: Claim, plan: Plan, result: Result, now: datetime) -> retrievals.AfterSettle:
+    """What the settle's transaction does once it won: note what the request led to.
 
+    The revision is confirmed `now` (unless the answer was a reuse: a window is not a
+    confirmation), the request's row is written when anything in it changed, and the outcome
+    is kept on `plan` for `settled` to count after the commit.
+    """
 
-def _remember(session: Session, claim: Claim, plan: Plan, result: Result) -> str | None:
-    done = sources.settled_revision(session, claim.retrieval_id)
-    if done is None:
-        return None
-    if plan.how == "reused":
-        return "reused"
-    validators = plan.validators if plan.how == "revalidated" else plan.fetcher.validators
-    if not done.new:
-        sources.confirm(session, done.evidence_id, done.revision, done.settled_at)
-    sources.remember(
-        session,
-        claim.workspace_id,
-        claim.kind,
-        claim.url,
-        claim.language,
-        evidence_id=done.evidence_id,
-        revision=done.revision,
-        validators=list(validators),
-        outcome={
+    def write(session: Session, evidence_id: uuid.UUID | None, revision: int | None) -> None:
+        plan.outcome = None
+        if evidence_id is None or revision is None or not has_content(result):
+            return
+        if plan.how == "reused":
+            plan.outcome = "reused"
+            return
+        new = sources.confirm(session, evidence_id, revision, now)
+        validators = plan.validators if plan.how == "revalidated" else plan.fetcher.validators
+        outcome = {
             "status": result["status"],
             "reason": result["reason"],
             "warnings": result["warnings"],
-        },
-        at=done.settled_at,
-    )
-    if plan.how == "revalidated":
-        return "revalidated"
-    return "new_revision" if done.new else "unchanged"
+        }
+        stored = plan.source
+        led_to = (evidence_id, revision, validators, outcome)
+        if stored is None or led_to != (
+            stored.evidence_id,
+            stored.revision,
+            stored.validators,
+            stored.outcome,
+        ):
+            sources.remember(
+                session,
+                claim.workspace_id,
+                claim.kind,
+                claim.url,
+                claim.language,
+                evidence_id=evidence_id,
+                revision=revision,
+                validators=list(validators),
+                outcome=outcome,
+                at=now,
+            )
+        if plan.how == "revalidated":
+            plan.outcome = "revalidated"
+        else:
+            plan.outcome = "new_revision" if new else "unchanged"
+
+    return write
+
+
+def settled(claim: Claim, plan: Plan, won: bool) -> None:
+    """After the settle's commit: count how the evidence stayed fresh (`freshness_metrics`)."""
+    if won and plan.outcome is not None:
+        freshness_metrics.record(plan.outcome, claim.kind)

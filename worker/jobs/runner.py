@@ -108,8 +108,10 @@ def run_claim(claim: retrievals.Claim) -> dict[str, Any]:
     plan = freshness.prepare(claim, get_fetcher(), MeteredFetcher(get_fetcher()))
     output = plan.output or produce_output(claim, plan.fetcher)
     result = output.result
-    settled = retrievals.settle_claim(claim, result, clock.now(), output.images)
-    freshness.settled(claim, plan, result, settled)
+    now = clock.now()
+    remember = freshness.remember(claim, plan, result, now)
+    settled = retrievals.settle_claim(claim, result, now, output.images, remember)
+    freshness.settled(claim, plan, settled)
     # A fenced settle may have expired it; a cancel or a newer attempt announce themselves.
     notify.settled([claim.retrieval_id])
     log.info(

@@ -7,6 +7,7 @@ request led to last time, with the validators to revalidate it and the status th
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,16 +45,6 @@ class StoredSource:
     last_confirmed: datetime
 
 
-@dataclass(frozen=True)
-class Settled:
-    """The evidence revision a settled retrieval named, and whether it was new then."""
-
-    evidence_id: uuid.UUID
-    revision: int
-    settled_at: datetime
-    new: bool
-
-
 def _key(workspace_id: uuid.UUID, kind: str, url: str, language: str | None) -> dict[str, Any]:
     return {
         "workspace_id": workspace_id,
@@ -63,8 +54,17 @@ def _key(workspace_id: uuid.UUID, kind: str, url: str, language: str | None) -> 
     }
 
 
+_STORED = SOURCE.join(EVIDENCE, EVIDENCE.c.id == SOURCE.c.evidence_id).join(
+    REVISION,
+    sa.and_(
+        REVISION.c.evidence_id == SOURCE.c.evidence_id,
+        REVISION.c.revision == SOURCE.c.revision,
+    ),
+)
+#: One read per retrieval: its reuse window, and what its request led to last (if anything).
 _FIND = (
     sa.select(
+        RETRIEVAL.c.max_age_seconds,
         SOURCE.c.evidence_id,
         SOURCE.c.revision,
         SOURCE.c.validators,
@@ -77,27 +77,33 @@ _FIND = (
         REVISION.c.provenance,
         LAST_CONFIRMED.label("last_confirmed"),
     )
-    .join(EVIDENCE, EVIDENCE.c.id == SOURCE.c.evidence_id)
-    .join(
-        REVISION,
-        sa.and_(
-            REVISION.c.evidence_id == SOURCE.c.evidence_id,
-            REVISION.c.revision == SOURCE.c.revision,
-        ),
+    .select_from(
+        RETRIEVAL.outerjoin(
+            _STORED, sa.and_(*(SOURCE.c[name] == sa.bindparam(f"b_{name}") for name in _KEY))
+        )
     )
-    .where(*(SOURCE.c[name] == sa.bindparam(f"b_{name}") for name in _KEY))
+    .where(RETRIEVAL.c.id == sa.bindparam("b_retrieval_id"))
 )
 
 
 def find(
-    session: Session, workspace_id: uuid.UUID, kind: str, url: str, language: str | None
-) -> StoredSource | None:
-    """What this request (workspace, kind, requested URL, language) led to last, if anything."""
+    session: Session,
+    retrieval_id: uuid.UUID,
+    workspace_id: uuid.UUID,
+    kind: str,
+    url: str,
+    language: str | None,
+) -> tuple[int | None, StoredSource | None]:
+    """The retrieval's reuse window (None: none), and what its request (workspace, kind,
+    requested URL, language) led to last, if anything."""
     params = {f"b_{k}": v for k, v in _key(workspace_id, kind, url, language).items()}
-    row = session.execute(_FIND, params).one_or_none()
+    row = session.execute(_FIND, params | {"b_retrieval_id": retrieval_id}).one_or_none()
     if row is None:
-        return None
-    return StoredSource(
+        return None, None
+    max_age = None if row.max_age_seconds is None else int(row.max_age_seconds)
+    if row.evidence_id is None:
+        return max_age, None
+    return max_age, StoredSource(
         evidence_id=row.evidence_id,
         revision=row.revision,
         latest_revision=row.latest_revision,
@@ -112,55 +118,39 @@ def find(
     )
 
 
-def max_age_of(session: Session, retrieval_id: uuid.UUID) -> int | None:
-    """The reuse window the client sent with this retrieval (None: none)."""
-    value = session.execute(
-        sa.select(RETRIEVAL.c.max_age_seconds).where(RETRIEVAL.c.id == retrieval_id)
-    ).scalar_one_or_none()
-    return None if value is None else int(value)
+_CONFIRM = (
+    sa.update(REVISION)
+    .where(
+        REVISION.c.evidence_id == sa.bindparam("b_evidence_id"),
+        REVISION.c.revision == sa.bindparam("b_revision"),
+        sa.or_(REVISION.c.confirmed_at.is_(None), REVISION.c.confirmed_at < sa.bindparam("b_at")),
+    )
+    .values(confirmed_at=sa.bindparam("b_at"))
+    .returning(REVISION.c.created_at)
+)
 
 
-def settled_revision(session: Session, retrieval_id: uuid.UUID) -> Settled | None:
-    """The revision a completed retrieval named; `new` when that settle created it.
+def confirm(session: Session, evidence_id: uuid.UUID, revision: int, at: datetime) -> bool:
+    """Note that the revision's content was fetched or confirmed `at` (never moving back).
 
-    The settle writes the revision's `created_at` and the retrieval's `settled_at` from one
-    instant, so they are equal exactly when this retrieval's content was a new revision.
+    True when the revision was first seen `at`: the settle that wrote it is this one (a settle
+    writes a new revision's `created_at` from the same instant).
     """
-    row = session.execute(
-        sa.select(
-            RETRIEVAL.c.evidence_id,
-            RETRIEVAL.c.evidence_revision,
-            RETRIEVAL.c.settled_at,
-            REVISION.c.created_at,
-        )
-        .join(
-            REVISION,
-            sa.and_(
-                REVISION.c.evidence_id == RETRIEVAL.c.evidence_id,
-                REVISION.c.revision == RETRIEVAL.c.evidence_revision,
-            ),
-        )
-        .where(RETRIEVAL.c.id == retrieval_id)
-    ).one_or_none()
-    if row is None or row.settled_at is None:
-        return None
-    settled_at = as_utc(row.settled_at)
-    return Settled(
-        row.evidence_id, row.evidence_revision, settled_at, as_utc(row.created_at) == settled_at
-    )
+    created = session.execute(
+        _CONFIRM, {"b_evidence_id": evidence_id, "b_revision": revision, "b_at": at}
+    ).scalar_one_or_none()
+    return created is not None and as_utc(created) == as_utc(at)
 
 
-def confirm(session: Session, evidence_id: uuid.UUID, revision: int, at: datetime) -> None:
-    """Note that the revision's content was fetched or confirmed `at` (never moving back)."""
-    session.execute(
-        sa.update(REVISION)
-        .where(
-            REVISION.c.evidence_id == evidence_id,
-            REVISION.c.revision == revision,
-            sa.or_(REVISION.c.confirmed_at.is_(None), REVISION.c.confirmed_at < at),
-        )
-        .values(confirmed_at=at)
+@functools.cache
+def _upsert(dialect: str) -> sa.Insert:
+    """INSERT a request's row, or replace what it led to (built once per dialect)."""
+    columns = [*_KEY, "evidence_id", "revision", "validators", "outcome", "fetched_at"]
+    stmt = db.insert_for(dialect)(SOURCE).values(
+        {name: sa.bindparam(f"b_{name}", type_=SOURCE.c[name].type) for name in columns}
     )
+    changed = {name: stmt.excluded[name] for name in columns if name not in _KEY}
+    return stmt.on_conflict_do_update(index_elements=_KEY, set_=changed)
 
 
 def remember(
@@ -185,9 +175,7 @@ def remember(
         "outcome": outcome,
         "fetched_at": at,
     }
-    stmt = db.insert_for(db.dialect(session))(SOURCE).values(values)
-    changed = {k: v for k, v in values.items() if k not in _KEY}
-    session.execute(stmt.on_conflict_do_update(index_elements=_KEY, set_=changed))
+    session.execute(_upsert(db.dialect(session)), {f"b_{k}": v for k, v in values.items()})
 
 
 def confirmations(session: Session, evidence_id: uuid.UUID) -> dict[int, datetime]:
