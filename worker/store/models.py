@@ -158,7 +158,7 @@ class EvidenceSource(SQLModel, table=True):
     validators: list[dict[str, Any]] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
     #: The result's {"status", "reason", "warnings"} (content alone does not say them).
     outcome: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
-    #: When it was last fetched or revalidated.
+    #: When the row was last written (a full fetch, or a 304 with fresher validators).
     fetched_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
 
 
