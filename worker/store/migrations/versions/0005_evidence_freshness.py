@@ -3,8 +3,9 @@
 `evidence_source` remembers, per requested URL (workspace, kind, normalised requested URL,
 requested language), the revision it last led to, the validators (ETag, Last-Modified) of every
 URL the pipeline fetched for it, and the result's status, reason and warnings, so a later
-retrieval can revalidate before fetching (`fetched_at`: when the row was last written). `evidence_revision.confirmed_at` is when the
-revision's content was last fetched or confirmed (NULL: not since it was first seen).
+retrieval can revalidate before fetching (`fetched_at`: when the row was last written).
+`evidence_revision.confirmed_at` is when the revision's content was last fetched or confirmed
+(NULL: not since it was first seen).
 `retrieval.max_age_seconds` is the client's reuse window (`Cache-Control: max-age=N`).
 
 Revision ID: 0005_freshness
