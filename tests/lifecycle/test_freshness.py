@@ -109,6 +109,17 @@ def forbid_extraction(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pipeline, "run_pipeline", refuse)
 
 
+def evidence_of(api: Api, evidence_id: str) -> dict[str, Any]:
+    """GET the evidence item, checked against its schema in /openapi.json; its `evidence`."""
+    from jsonschema import Draft202012Validator
+
+    from api.http.openapi_schemas import components
+
+    document = api.evidence(evidence_id).json()
+    Draft202012Validator(components()["EvidenceResponse"]).validate(document)
+    return dict(document["evidence"])
+
+
 def freshness_counts() -> dict[tuple[str, str], int]:
     from worker.fetch import freshness_metrics
 
@@ -152,7 +163,7 @@ def test_unchanged_page_is_revalidated_without_download(
     later = second["result"]["provenance"]["retrieved_at"]
     assert later > first["result"]["provenance"]["retrieved_at"]
     assert delta(before, "revalidated") == 1
-    item = api.evidence(first["evidence"]["evidence_id"]).json()["evidence"]
+    item = evidence_of(api, first["evidence"]["evidence_id"])
     (listed,) = item["revisions"]
     assert listed["first_seen_at"] == item["created_at"]
     assert listed["last_confirmed_at"] > listed["first_seen_at"]
@@ -171,7 +182,7 @@ def test_origin_without_validators_is_fetched_again_and_confirmed(
     assert origin.seen == [(None, None, 200), (None, None, 200)]
     assert second["evidence"] == first["evidence"]
     assert delta(before, "unchanged") == 1
-    item = api.evidence(first["evidence"]["evidence_id"]).json()["evidence"]
+    item = evidence_of(api, first["evidence"]["evidence_id"])
     assert item["last_confirmed_at"] > item["revisions"][0]["first_seen_at"]
 
 
@@ -287,7 +298,7 @@ class TestReuseWindow:
         origin = Origin(article("Lakes reused").encode(), etag='"u1"')
         url = serve(site, origin)
         first = completed(api, run(workspace, url))
-        confirmed = api.evidence(first["evidence"]["evidence_id"]).json()["evidence"]
+        confirmed = evidence_of(api, first["evidence"]["evidence_id"])
         before = freshness_counts()
         second = completed(api, run(workspace, url, max_age=3600))
         assert origin.statuses() == [200]
@@ -295,7 +306,7 @@ class TestReuseWindow:
         assert second["result"]["text"] == first["result"]["text"]
         assert delta(before, "reused") == 1
         # A reuse is not a confirmation by the origin.
-        again = api.evidence(first["evidence"]["evidence_id"]).json()["evidence"]
+        again = evidence_of(api, first["evidence"]["evidence_id"])
         assert again["last_confirmed_at"] == confirmed["last_confirmed_at"]
 
     def test_max_age_zero_revalidates(self, api: Api, site: TLSSite, workspace: uuid.UUID) -> None:
@@ -404,3 +415,13 @@ def test_conditional_requests_pass_the_fetch_guard() -> None:
     with Fetcher(get_settings()) as fetcher, pytest.raises(FetchFailure) as failure:
         fetcher.revalidate("https://10.1.2.3/page", {"If-None-Match": '"v1"'})
     assert failure.value.reason is Reason.UNSAFE_URL
+
+
+def test_metrics_family_renders_the_counts() -> None:
+    """`evidence_freshness_outcomes_total` carries each (outcome, kind) count."""
+    from api.http.metrics import _freshness_family
+
+    family = _freshness_family({("revalidated", "url_text"): 3, ("reused", "url_text"): 1})
+    samples = {(s.labels["outcome"], s.labels["kind"]): s.value for s in family.samples}
+    assert family.name == "evidence_freshness_outcomes"
+    assert samples == {("revalidated", "url_text"): 3.0, ("reused", "url_text"): 1.0}
