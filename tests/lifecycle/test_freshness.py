@@ -315,6 +315,36 @@ class TestReuseWindow:
         completed(api, run(workspace, url, max_age=0))
         assert origin.statuses() == [200, 304]
 
+    def test_a_window_shorter_than_the_age_revalidates(
+        self, api: Api, site: TLSSite, workspace: uuid.UUID
+    ) -> None:
+        """Confirmed 120 s ago: max-age=150 reuses it, max-age=90 asks the origin (304)."""
+        import sqlalchemy as sa
+
+        from worker import clock
+        from worker.store import db
+        from worker.store.models import EvidenceRevision
+
+        origin = Origin(article("Lakes confirmed a while ago").encode(), etag='"w1"')
+        url = serve(site, origin)
+        first = completed(api, run(workspace, url))
+        ref = first["evidence"]
+        T = EvidenceRevision.__table__.c  # type: ignore[attr-defined]
+        back = clock.now() - timedelta(seconds=120)
+        db.with_transient_retry(
+            lambda s: s.execute(
+                sa.update(EvidenceRevision)
+                .where(T.evidence_id == uuid.UUID(ref["evidence_id"]))
+                .values(created_at=back, confirmed_at=back)
+            )
+        )
+        reused = completed(api, run(workspace, url, max_age=150))
+        assert origin.statuses() == [200] and reused["evidence"] == ref
+        revalidated = completed(api, run(workspace, url, max_age=90))
+        assert origin.statuses() == [200, 304] and revalidated["evidence"] == ref
+        item = evidence_of(api, ref["evidence_id"])
+        assert item["last_confirmed_at"] > clock.isoformat(back + timedelta(seconds=60))
+
     def test_edges(self) -> None:
         """Age ≤ N reuses, a microsecond more does not; a stale request's revision never."""
         from worker import clock
