@@ -57,7 +57,7 @@ load: install  ## Load test: open-loop POST-then-poll against the running servic
 	./deploy/ensure-services.sh --postgres
 	$(PY) -m bench.load $(LOAD_ARGS)
 
-BENCH_ARGS ?= --pages 1000 --repeat 2 --latency-ms 0,200
+BENCH_ARGS ?= --pages 1000 --repeat 2 --latency-ms 0,mix
 bench: install  ## Throughput side by side: extraction limit, plain script, trafilatura CLI, the service
 	./deploy/ensure-services.sh --postgres
 	$(PY) -m bench.throughput $(BENCH_ARGS)

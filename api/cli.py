@@ -86,7 +86,13 @@ def api(
 
 @app.command()
 def worker(
-    concurrency: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            help="Threads pool: retrievals in flight (default EVIDENCE_WORKER_IN_FLIGHT). "
+            "Prefork: processes (default EVIDENCE_WORKER_CONCURRENCY, else 2 x cores)."
+        ),
+    ] = None,
     queues: Annotated[
         str | None,
         typer.Option(
@@ -100,27 +106,51 @@ def worker(
     nice: Annotated[
         int, typer.Option(help="Lower the workers' CPU priority (keeps a shared API responsive).")
     ] = 0,
+    pool: Annotated[
+        str | None,
+        typer.Option(help="threads (default, EVIDENCE_WORKER_POOL) or prefork."),
+    ] = None,
 ) -> None:
-    """Run a Celery worker (prefork) that processes retrievals (both lanes) and sweeps."""
+    """Run a Celery worker that processes retrievals (both lanes) and sweeps.
+
+    The threads pool keeps many retrievals in flight in one process and extracts in a pool of
+    processes; this command supervises that process and replaces it if it dies.
+    """
     from worker.jobs.celery_app import WORKER_QUEUES
-    from worker.jobs.celery_app import app as celery
+    from worker.jobs.node import lower_priority
 
     queues = queues or WORKER_QUEUES
     if nice:
-        os.nice(nice)
+        lower_priority(nice)
     _configure_logging()
     settings = get_settings()
-    n = concurrency or settings.worker_concurrency or 2 * (os.cpu_count() or 1)
-    argv = ["worker", "-Q", queues, "--concurrency", str(n), "-E", "--loglevel", settings.log_level]
+    pool = pool or settings.worker_pool
+    if pool not in ("threads", "prefork"):
+        typer.echo("--pool must be threads or prefork", err=True)
+        raise typer.Exit(2)
+    if pool == "prefork":
+        n = concurrency or settings.worker_concurrency or 2 * (os.cpu_count() or 1)
+    else:
+        n = concurrency or settings.worker_in_flight
+    argv = ["worker", "-Q", queues, "-E", "--loglevel", settings.log_level, "--concurrency", str(n)]
     if hostname:
         argv += ["--hostname", hostname]
     if settings.log_json:
         # Celery prints its banner as plain text; the facts an operator needs are logged here.
         argv.insert(0, "--quiet")
         structlog.get_logger("evidence.worker").info(
-            "worker_starting", queues=queues, concurrency=n, hostname=hostname
+            "worker_starting", queues=queues, pool=pool, concurrency=n, hostname=hostname
         )
-    celery.worker_main(argv)
+    if pool == "prefork":
+        from worker.jobs.celery_app import app as celery
+
+        celery.worker_main([*argv, "--pool", "prefork"])
+        return
+    from worker.jobs.node import preload, run_threads_worker
+    from worker.jobs.supervisor import Supervisor
+
+    preload()
+    raise typer.Exit(Supervisor(lambda: run_threads_worker(argv)).run())
 
 
 @app.command()

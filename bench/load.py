@@ -445,16 +445,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
     prom = tmp / "prometheus"  # every API process's request histogram, summed at /metrics
     prom.mkdir()
+    if args.as_make_run:
+        args.api_workers, args.worker_nice = 1, 10
+    # Both lanes: past EVIDENCE_INTERACTIVE_OPEN_LIMIT open singles, a workspace's new ones join
+    # the batch lane.
+    worker_args = ["worker", "--queues", "retrievals,retrievals-batch"]
+    worker_args += ["--nice", str(args.worker_nice)]
+    if args.worker_concurrency:
+        worker_args += ["--concurrency", str(args.worker_concurrency)]
     procs = {
         "api": Process(["api", "--port", str(port), "--workers", str(args.api_workers)],
                        tmp / "api.log", env={"PROMETHEUS_MULTIPROC_DIR": str(prom)}),
-        # Both lanes: past EVIDENCE_INTERACTIVE_OPEN_LIMIT open singles, a workspace's new ones
-        # join the batch lane.
-        "worker": Process(["worker", "--queues", "retrievals,retrievals-batch", "--concurrency",
-                           str(args.worker_concurrency), "--nice", str(args.worker_nice)],
-                          tmp / "worker.log"),
-        "sweeper": Process(["worker", "--queues", "sweep", "--concurrency", "1",
-                            "--hostname", "sweeper@%h"], tmp / "sweeper.log"),
+        "worker": Process(worker_args, tmp / "worker.log"),
+        "sweeper": Process(["worker", "--queues", "sweep", "--pool", "prefork",
+                            "--concurrency", "1", "--hostname", "sweeper@%h"],
+                           tmp / "sweeper.log"),
         "beat": Process(["beat", "--schedule", str(tmp / "beat")], tmp / "beat.log"),
     }  # fmt: skip
     clients: list[subprocess.Popen[bytes]] = []
@@ -470,7 +475,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # (sched_autogroup_enabled=1) CPU is shared between sessions first: a process's nice
         # value only ranks it within its session. So `worker --nice` alone left the workers an
         # equal share against the API; the session's own nice value makes it count.
-        for name in ("worker", "sweeper"):
+        # (`evidence worker --nice` now lowers its own session; --as-make-run leaves it at that.)
+        for name in () if args.as_make_run else ("worker", "sweeper"):
             _autogroup_nice(procs[name].pid, args.worker_nice)
         # The page server stands in for remote sites: part of the workers' load, so it runs at
         # their niceness (its handler threads inherit it from the accepting thread).
@@ -763,7 +769,15 @@ def main() -> None:
     parser.add_argument(
         "--api-workers", type=int, default=2, help="API processes (one per core here)"
     )
-    parser.add_argument("--worker-concurrency", type=int, default=4)
+    parser.add_argument(
+        "--worker-concurrency", type=int, default=None, help="default: the worker's own"
+    )
+    parser.add_argument(
+        "--as-make-run",
+        action="store_true",
+        help="the processes as `make run` starts them (deploy/Procfile): one API process, the"
+        " worker's own --nice 10 and defaults, no session niceness set by the bench",
+    )
     parser.add_argument(
         "--worker-nice", type=int, default=10, help="niceness of worker, page server"
     )

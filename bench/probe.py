@@ -1,10 +1,14 @@
-"""`evidence` with CPU probes: where a worker child spends its CPU, per retrieval.
+"""`evidence` with CPU probes: where a worker spends its CPU, per retrieval.
 
-Run exactly like the CLI (`python -m bench.probe worker --concurrency N`). In each prefork
-child, after the fork, it wraps the fetch (robots.txt and politeness included; Redis calls also
-counted apart), the extraction, and the database transactions with `time.process_time()`,
-and each task as a whole; after every task it writes the child's totals to
-$BENCH_PROBE_DIR/probe-<pid>.json. Nothing is patched in the parent or in production code.
+Run exactly like the CLI (`python -m bench.probe worker [--pool prefork --concurrency N]`). In
+the Celery worker process (`worker_init`: before a prefork pool forks, so its children inherit
+the probes) it wraps the fetch (robots.txt and politeness included; Redis calls also counted
+apart), the extraction, and the database transactions with `time.thread_time()` (the calling
+thread's CPU: a threads-pool worker runs hundreds of tasks at once), and each task as a whole;
+a thread writes each process's totals to $BENCH_PROBE_DIR/probe-<pid>.json every 0.2 s while
+they change, and once more when the worker stops. A threads-pool worker extracts in other
+processes, which the probes do not see: the bench reads their CPU from /proc. Nothing is
+patched in production code.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,31 +26,41 @@ from celery import signals
 
 TOTALS: dict[str, float] = {"tasks": 0, "task": 0.0, "fetch": 0.0, "redis": 0.0}
 TOTALS |= {"extract": 0.0, "db": 0.0}
-_depth: dict[str, int] = {}
-_task_started = 0.0
+WRITE_EVERY_SECONDS = 0.2
+_lock = threading.Lock()
+_local = threading.local()
+_flusher = 0
+
+
+def _add(name: str, seconds: float) -> None:
+    with _lock:
+        TOTALS[name] += seconds
 
 
 def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap `fn` so its CPU time adds to TOTALS[name] (outermost call only)."""
+    """Wrap `fn` so its CPU time (this thread's) adds to TOTALS[name] (outermost call only)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if _depth.get(name):
+        depth = getattr(_local, "depth", None)
+        if depth is None:
+            depth = _local.depth = {}
+        if depth.get(name):
             return fn(*args, **kwargs)
-        _depth[name] = 1
-        started = time.process_time()
+        depth[name] = 1
+        started = time.thread_time()
         try:
             return fn(*args, **kwargs)
         finally:
-            TOTALS[name] += time.process_time() - started
-            _depth[name] = 0
+            _add(name, time.thread_time() - started)
+            depth[name] = 0
 
     return wrapper
 
 
-@signals.worker_process_init.connect
+@signals.worker_init.connect
 def _install(**_: Any) -> None:
-    """Wrap the content steps in this child (imports them here, after the fork)."""
+    """Wrap the content steps in the worker process (a prefork pool's children inherit it)."""
     from worker.content import pipeline
     from worker.fetch import fetcher, politeness
     from worker.jobs import runner
@@ -62,23 +77,44 @@ def _install(**_: Any) -> None:
 
 @signals.task_prerun.connect
 def _before(**_: Any) -> None:
-    global _task_started
-    _task_started = time.process_time()
+    _local.task_started = time.thread_time()
 
 
 @signals.task_postrun.connect
 def _after(**_: Any) -> None:
-    TOTALS["task"] += time.process_time() - _task_started
-    TOTALS["tasks"] += 1
+    global _flusher
+    with _lock:
+        TOTALS["task"] += time.thread_time() - _local.task_started
+        TOTALS["tasks"] += 1
+        if _flusher != os.getpid():  # one per process (a forked child starts its own)
+            _flusher = os.getpid()
+            threading.Thread(target=_flush_forever, daemon=True).start()
+
+
+def _flush_forever() -> None:
+    last = -1.0
+    while True:
+        time.sleep(WRITE_EVERY_SECONDS)
+        if TOTALS["tasks"] != last:
+            last = TOTALS["tasks"]
+            _write()
+
+
+@signals.worker_shutdown.connect
+def _write(**_: Any) -> None:
     directory = os.environ.get("BENCH_PROBE_DIR")
-    if directory:
-        path = Path(directory) / f"probe-{os.getpid()}.json"
-        path.with_suffix(".tmp").write_text(json.dumps(TOTALS))
-        path.with_suffix(".tmp").replace(path)
+    if not directory:
+        return
+    with _lock:
+        data = json.dumps(TOTALS)
+    path = Path(directory) / f"probe-{os.getpid()}.json"
+    tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
+    tmp.write_text(data)
+    tmp.replace(path)
 
 
 def read_totals(directory: Path) -> dict[str, float]:
-    """Sum the totals every child wrote."""
+    """Sum the totals every process wrote."""
     out: dict[str, float] = {}
     for path in directory.glob("probe-*.json"):
         for key, value in json.loads(path.read_text()).items():

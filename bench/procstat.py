@@ -11,12 +11,19 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def children(pid: int) -> list[int]:
-    """Direct children of `pid`."""
+    """Direct children of `pid` (started by any of its threads)."""
+    out: list[int] = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as handle:
-            return [int(p) for p in handle.read().split()]
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return []
+        return out
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children") as handle:
+                out += [int(p) for p in handle.read().split()]
+        except OSError:
+            continue
+    return out
 
 
 def tree(pid: int) -> list[int]:
@@ -27,6 +34,23 @@ def tree(pid: int) -> list[int]:
         out.append(current)
         todo.extend(children(current))
     return out
+
+
+def cmdline(pid: int) -> str:
+    """The command line of `pid` ("" when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def forkserver_trees(pid: int) -> list[int]:
+    """Every process under `pid` that belongs to a multiprocessing fork server's tree (the
+    threads-pool worker's extraction processes and their server)."""
+    # Its processes are forked from it, so they carry its command line too: count each once.
+    servers = [p for p in tree(pid) if "forkserver" in cmdline(p)]
+    return list(dict.fromkeys(p for server in servers for p in tree(server)))
 
 
 def cpu_seconds(pid: int, *, reaped: bool = True) -> float:

@@ -11,12 +11,17 @@ from rich.console import Console
 from rich.table import Table
 
 
+def label(latency: float | str) -> str:
+    """A latency for people and keys: "0", "200" (ms) or "mix"."""
+    return latency if isinstance(latency, str) else f"{latency:g}"
+
+
 @dataclass
 class Runs:
     """Repeated measurements of one contender at one latency."""
 
     name: str
-    latency_ms: float
+    latency_ms: float | str
     rps: list[float] = field(default_factory=list)
     cpu_per: list[float] = field(default_factory=list)  # its own CPU seconds per retrieval
     site_cpu_per: list[float] = field(default_factory=list)  # the fixture site's, per retrieval
@@ -56,14 +61,15 @@ def table(results: list[Runs], limit: Runs) -> Table:
         cpu = statistics.fmean(runs.cpu_per) if runs.cpu_per else 0.0
         site = statistics.fmean(runs.site_cpu_per) if runs.site_cpu_per else 0.0
         ratio = runs.median / limit.median if limit.median else 0.0
-        latency = "-" if runs.name == "limit" else f"{runs.latency_ms:g}"
+        latency = "-" if runs.name == "limit" else label(runs.latency_ms)
         out.add_row(runs.name, latency, runs.spread(), f"{ratio:.2f}", ms(cpu + site), ms(site))
     return out
 
 
 def split_table(service: Runs) -> Table:
     """Where the service's CPU goes, per retrieval."""
-    out = Table(title=f"Service CPU per retrieval (ms), latency {service.latency_ms:g} ms")
+    title = f"Service CPU per retrieval (ms), latency {label(service.latency_ms)} (ms)"
+    out = Table(title=title)
     out.add_column("component")
     out.add_column("ms", justify="right")
     for name, value in mean_split(service).items():
@@ -73,13 +79,13 @@ def split_table(service: Runs) -> Table:
 
 def summary(results: list[Runs], limit: Runs) -> dict[str, Any]:
     """The machine-readable line (first latency's figures; others suffixed `_at_<ms>ms`)."""
-    latencies = sorted({r.latency_ms for r in results})
+    latencies = list(dict.fromkeys(r.latency_ms for r in results))  # in the order measured
     by = {(r.name, r.latency_ms): r for r in results}
     line: dict[str, Any] = {"limit_rps": round(limit.median, 2), "limit_runs": limit.rps}
     limit_cpu = statistics.fmean(limit.cpu_per) if limit.cpu_per else 0.0
     line["limit_cpu_ms"] = round(limit_cpu * 1000, 3)
     for index, latency in enumerate(latencies):
-        suffix = "" if index == 0 else f"_at_{latency:g}ms"
+        suffix = "" if index == 0 else f"_at_{label(latency)}" + ("" if latency == "mix" else "ms")
         for name in ("peer", "cli", "service"):
             runs = by.get((name, latency))
             if runs is None:
@@ -102,6 +108,7 @@ def summary(results: list[Runs], limit: Runs) -> dict[str, Any]:
         line[f"worker_rss_mb{suffix}"] = service.extra.get("worker_rss_mb")
         line[f"worker_rss_growth_mb{suffix}"] = service.extra.get("worker_rss_growth_mb")
         line[f"worker_pss_total_mb{suffix}"] = service.extra.get("worker_pss_total_mb")
+        line[f"in_flight_peak{suffix}"] = service.extra.get("in_flight_peak")
     if len(latencies) > 1:
         base, slow = latencies[0], latencies[-1]
         fast_rps = by[("service", base)].median if ("service", base) in by else 0

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -43,16 +44,23 @@ class Batch:
     cpu: dict[str, float]  # CPU seconds per component during the batch
     probe: dict[str, float]  # worker children's CPU split (bench.probe)
     rss: procstat.MemorySampler
+    in_flight: int  # most retrievals of the batch `running` at once (sampled)
 
 
 class Stack:
     """Database, Redis, API, worker and beat for one site; use as a context manager."""
 
     def __init__(
-        self, tmp: Path, site: dict[str, object], concurrency: int, client_concurrency: int = 16
+        self,
+        tmp: Path,
+        site: dict[str, object],
+        concurrency: int | None = None,
+        client_concurrency: int = 16,
+        pool: str | None = None,
     ) -> None:
         self.tmp, self.site, self.concurrency = tmp, site, concurrency
         self.client_concurrency = client_concurrency
+        self.pool = pool  # None: the default (threads)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.db_name: str | None = None
         self.probe_dir = tmp / "probe"
@@ -102,7 +110,10 @@ class Stack:
         port = self.api_url.rsplit(":", 1)[1]
         self._spawn("api", "api.cli", "api", "--port", port)
         hostname = f"bench-{uuid.uuid4().hex[:6]}@%h"
-        args = ["worker", "--concurrency", str(self.concurrency), "--hostname", hostname]
+        args = ["worker", "--hostname", hostname]
+        if self.concurrency:
+            args += ["--concurrency", str(self.concurrency)]
+        args += ["--pool", self.pool] if self.pool else []
         self._spawn("worker", "bench.probe", *args)
         self._spawn("beat", "api.cli", "beat", "--schedule", str(self.tmp / "beat-schedule"))
         wait_for(self._api_ready, timeout=60, interval=0.3)
@@ -117,7 +128,8 @@ class Stack:
 
     def _worker_ready(self) -> bool:
         worker = self.procs["worker"].pid
-        return len(procstat.children(worker)) >= self.concurrency and "ready" in (
+        processes = self.concurrency if self.pool == "prefork" else 1
+        return len(procstat.children(worker)) >= (processes or 1) and "ready" in (
             (self.tmp / "worker.log").read_text(errors="replace")
         )
 
@@ -144,6 +156,8 @@ class Stack:
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far of each component (the site is added by the caller)."""
         out = {name: procstat.tree_cpu(proc.pid) for name, proc in self.procs.items()}
+        pool = procstat.forkserver_trees(self.procs["worker"].pid)
+        out["extract_pool"] = sum(procstat.cpu_seconds(p) for p in pool)
         out["redis"] = procstat.tree_cpu(self.redis.proc.pid) if self.redis.proc else 0.0
         out["machine"] = procstat.machine_cpu()
         return out
@@ -155,7 +169,8 @@ class Stack:
         before = self.cpu() | {"site": cpu_of_site}
         probe_before = _probe(self.probe_dir)
         worker = self.procs["worker"].pid
-        sampler = procstat.MemorySampler(procstat.children(worker)).start()
+        sampler = procstat.MemorySampler([worker]).start()
+        in_flight = InFlight(self.database_url, workspace).start()
         pg_before = self._postgres_cpu()
         started = time.perf_counter()
         log = open(self.tmp / "enqueue.log", "wb")  # noqa: SIM115
@@ -175,6 +190,7 @@ class Stack:
         client.returncode = os.waitstatus_to_exitcode(status)
         client_seconds = time.perf_counter() - started
         sampler.stop()
+        in_flight.stop()
         if client.returncode != 0:
             tail = (self.tmp / "enqueue.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"evidence enqueue failed: {tail}")
@@ -193,6 +209,7 @@ class Stack:
             cpu=cpu,
             probe=probe,
             rss=sampler,
+            in_flight=in_flight.peak,
         )
 
     def _postgres_cpu(self) -> dict[int, float]:
@@ -224,6 +241,33 @@ class Stack:
         first = min(row[3] for row in rows)
         last = max(row[4] for row in rows if row[4] is not None)
         return states, ready, (last - first).total_seconds()
+
+
+class InFlight:
+    """Samples how many of a workspace's retrievals are `running`, twice a second."""
+
+    def __init__(self, database_url: str, workspace: str) -> None:
+        self.url = database_url.replace("postgresql+psycopg://", "postgresql://")
+        self.workspace, self.peak = workspace, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self._stop.wait(0.5):
+                (count,) = conn.execute(
+                    "SELECT count(*) FROM retrieval WHERE workspace_id = %s AND state = 'running'",
+                    (self.workspace,),
+                ).fetchone() or (0,)
+                self.peak = max(self.peak, int(count))
+
+    def start(self) -> InFlight:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
 
 
 def _try(fn: Any, *args: Any) -> Any:

@@ -3,12 +3,14 @@
 An asyncio (uvloop when installed) HTTP/1.1 server: every response is rendered once at start
 (identity and gzip), so serving costs little more than TLS and a socket write. It listens on
 127.0.0.1 … 127.0.0.K, one "host" per address, to stand in for a batch spanning K sites.
-`--latency-ms` delays every response (robots.txt included) without using CPU; with
-`--latency-median-ms`, `--latency-p90-ms` and `--latency-cap-ms` each response is delayed by its
-own draw from that lognormal distribution instead (capped), as real origins answer. With
-`--validators` every page carries a strong ETag and a matching If-None-Match is answered 304.
+`--latency-ms` delays every response (robots.txt included) without using CPU: a fixed number
+of milliseconds, or `mix`, ordinary web latency: lognormal with median 500 ms, p90 1.8 s, p99
+5.1 s, capped at 10 s, drawn once per path (so every contender waits the same for each page).
+With `--latency-median-ms`, `--latency-p90-ms` and `--latency-cap-ms` each response is delayed
+by its own draw from that lognormal distribution instead (capped). With `--validators` every
+page carries a strong ETag and a matching If-None-Match is answered 304 Not Modified.
 
-Run: python -m bench.site --pages N --hosts K --latency-ms M --ready FILE
+Run: python -m bench.site --pages N --hosts K --latency-ms M|mix --ready FILE
 It writes {"port", "ca", "hosts"} to FILE once listening; GET /__stats answers counters.
 """
 
@@ -106,12 +108,48 @@ def lognormal(median: float, p90: float, cap: float, seed: int = 1) -> Callable[
     return lambda: min(cap, rng.lognormvariate(mu, sigma))
 
 
+#: The latency mix: lognormal around a median of 500 ms with sigma 1.0 (p90 1.8 s, p99 5.1 s).
+MIX_MEDIAN_SECONDS = 0.5
+MIX_SIGMA = 1.0
+MIX_CAP_SECONDS = 10.0
+
+
+def mix_delay(path: str, seed: int = 1) -> float:
+    """The delay of `path` under the latency mix, in seconds (the same for the same path)."""
+    digest = hashlib.blake2b(f"{seed}:{path}".encode(), digest_size=8).digest()
+    rng = random.Random(int.from_bytes(digest, "big"))
+    return min(MIX_CAP_SECONDS, rng.lognormvariate(math.log(MIX_MEDIAN_SECONDS), MIX_SIGMA))
+
+
+def parse_latency(value: str) -> float | str:
+    """`--latency-ms`: milliseconds as a number, or "mix"."""
+    return "mix" if value == "mix" else float(value)
+
+
+def site_delay(args: argparse.Namespace) -> Callable[[str], float]:
+    """Each response's delay in seconds, by path, as the latency options ask."""
+    if args.latency_ms == "mix":
+        seed = args.seed
+        return lambda path: mix_delay(path, seed)
+    if args.latency_median_ms:
+        draw = lognormal(
+            args.latency_median_ms / 1000,
+            args.latency_p90_ms / 1000,
+            args.latency_cap_ms / 1000,
+            args.seed,
+        )
+        return lambda _path: draw()
+    fixed = args.latency_ms / 1000
+    return lambda _path: fixed
+
+
 class Site:
     """The server: routes, latency, counters."""
 
-    def __init__(self, table: dict[str, Response], latency: float | Callable[[], float]) -> None:
+    def __init__(self, table: dict[str, Response], delay: Callable[[str], float]) -> None:
         self.table, self.stats = table, Stats()
-        self.delay = latency if callable(latency) else (lambda: latency)
+        # The bench's own counters answer at once.
+        self.delay = lambda path: 0.0 if path == "/__stats" else delay(path)
         self.missing = build(b"not found", "text/plain", "404 Not Found")
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -131,7 +169,7 @@ class Site:
                     for k, _, v in (h.partition(":") for h in lines[1:])
                 }
                 self.stats.requests += 1
-                delay = self.delay()
+                delay = self.delay(path)
                 if delay:
                     await asyncio.sleep(delay)
                 data = self.respond(
@@ -179,15 +217,8 @@ async def serve(args: argparse.Namespace) -> None:
     cert = ca.issue_cert(*names, "localhost")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     cert.configure_cert(context)
-    latency: float | Callable[[], float] = args.latency_ms / 1000
-    if args.latency_median_ms:
-        latency = lognormal(
-            args.latency_median_ms / 1000,
-            args.latency_p90_ms / 1000,
-            args.latency_cap_ms / 1000,
-            args.seed,
-        )
-    site = Site(routes(args.pages, args.seed, args.validators), latency)
+    delay = site_delay(args)
+    site = Site(routes(args.pages, args.seed, args.validators), delay)
     port = args.port or _free_port()
     server = await asyncio.start_server(
         site.handle, host=names, port=port, ssl=context, backlog=1024, reuse_address=True
@@ -205,7 +236,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=1000)
     parser.add_argument("--hosts", type=int, default=16)
-    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--latency-ms", type=parse_latency, default=0.0, help="ms, or mix")
     parser.add_argument("--latency-median-ms", type=float, default=0.0, help="lognormal latency")
     parser.add_argument("--latency-p90-ms", type=float, default=1800.0)
     parser.add_argument("--latency-cap-ms", type=float, default=10000.0)

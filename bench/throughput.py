@@ -27,8 +27,9 @@ from rich.console import Console
 
 from bench import limit, procstat
 from bench.pages import render
-from bench.report import Runs, emit
+from bench.report import Runs, emit, label
 from bench.service import Stack
+from bench.site import parse_latency
 from tests.support.services import ROOT, wait_for
 
 CLI_CONFIG = """[DEFAULT]
@@ -58,9 +59,14 @@ class Site:
     """The fixture site as a subprocess, with its URL list and CA files."""
 
     def __init__(
-        self, tmp: Path, pages: int, hosts: int, latency_ms: float, extra: tuple[str, ...] = ()
+        self,
+        tmp: Path,
+        pages: int,
+        hosts: int,
+        latency_ms: float | str,
+        extra: tuple[str, ...] = (),
     ) -> None:
-        ready = tmp / f"site-{latency_ms:g}.json"
+        ready = tmp / f"site-{label(latency_ms)}.json"
         args = ["--pages", str(pages), "--hosts", str(hosts), "--latency-ms", str(latency_ms)]
         args += list(extra)
         self.proc = subprocess.Popen(
@@ -139,11 +145,12 @@ def run_service(stack: Stack, site: Site, runs: Runs, pages: int, poll: float) -
     runs.rps.append(pages / batch.seconds)
     probe, cpu = batch.probe, batch.cpu
     tasks_cpu = probe.get("task", 0.0)
-    worker_other = cpu.get("worker", 0.0) - tasks_cpu
+    pool_cpu = cpu.get("extract_pool", 0.0)  # a threads-pool worker's extraction processes
+    worker_other = cpu.get("worker", 0.0) - tasks_cpu - pool_cpu
     split = {
         "fetch (guarded, robots, politeness)": probe.get("fetch", 0.0),
         "  of which Redis calls": probe.get("redis", 0.0),
-        "extract": probe.get("extract", 0.0),
+        "extract": probe.get("extract", 0.0) + pool_cpu,
         "worker: database": probe.get("db", 0.0),
         "worker: rest of task": tasks_cpu
         - sum(probe.get(k, 0.0) for k in ("fetch", "extract", "db")),
@@ -170,7 +177,10 @@ def run_service(stack: Stack, site: Site, runs: Runs, pages: int, poll: float) -
     runs.extra["worker_rss_mb"] = round(
         max(runs.extra.get("worker_rss_mb", 0), batch.rss.peak_rss), 1
     )
-    runs.extra["worker_pss_total_mb"] = round(batch.rss.peak_pss_total, 1)
+    runs.extra["worker_pss_total_mb"] = round(
+        max(runs.extra.get("worker_pss_total_mb", 0), batch.rss.peak_pss_total), 1
+    )
+    runs.extra["in_flight_peak"] = max(runs.extra.get("in_flight_peak", 0), batch.in_flight)
     runs.extra["worker_rss_growth_mb"] = round(growth, 1)
     runs.extra.setdefault("client_seconds", []).append(round(batch.client_seconds, 2))
     runs.extra.setdefault("ready", []).append(batch.ready)
@@ -180,16 +190,24 @@ def main() -> None:
     """Parse options, measure everything, print the table and the JSON line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=1000)
-    parser.add_argument("--latency-ms", default="0", help="comma-separated, e.g. 0,200")
+    parser.add_argument(
+        "--latency-ms", default="0", help="comma-separated, e.g. 0,200,mix (bench.site)"
+    )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--hosts", type=int, default=16, help="sites the URLs are spread over")
-    parser.add_argument("--concurrency", type=int, default=None, help="worker processes")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="worker --concurrency (default: the worker's own default)",
+    )
+    parser.add_argument("--pool", default=None, help="worker --pool: threads (default) or prefork")
     parser.add_argument("--client-concurrency", type=int, default=16, help="enqueue requests")
     parser.add_argument("--poll-interval", type=float, default=3.0)
     parser.add_argument("--only", default="limit,peer,cli,service")
     args = parser.parse_args()
     only = set(args.only.split(","))
-    latencies = [float(v) for v in args.latency_ms.split(",")]
+    latencies = [parse_latency(v) for v in args.latency_ms.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="evidence-bench-"))
     limit_runs = Runs("limit", 0.0)
     if "limit" in only:
@@ -205,16 +223,15 @@ def main() -> None:
 
 
 def measure_latency(
-    args: argparse.Namespace, tmp: Path, latency: float, only: set[str]
+    args: argparse.Namespace, tmp: Path, latency: float | str, only: set[str]
 ) -> list[Runs]:
     """Peer, CLI and service at one simulated latency, interleaved run by run."""
     site = Site(tmp, args.pages, args.hosts, latency)
     peer, cli, service = (Runs(name, latency) for name in ("peer", "cli", "service"))
-    concurrency = args.concurrency or default_concurrency(latency)
     stack: Stack | None = None
     try:
         stack = (
-            Stack(tmp, site.info, concurrency, args.client_concurrency).start()
+            Stack(tmp, site.info, args.concurrency, args.client_concurrency, args.pool).start()
             if "service" in only
             else None
         )
@@ -230,7 +247,7 @@ def measure_latency(
             if stack is not None:
                 run_service(stack, site, service, args.pages, args.poll_interval)
             console.log(
-                f"latency {latency:g} ms, round {round_ + 1}: peer {peer.rps[-1:]}, "
+                f"latency {label(latency)}, round {round_ + 1}: peer {peer.rps[-1:]}, "
                 f"cli {cli.rps[-1:]}, service {service.rps[-1:]}"
             )
     finally:
@@ -238,17 +255,6 @@ def measure_latency(
             stack.stop()
         site.stop()
     return [r for r in (peer, cli, service) if r.rps]
-
-
-def default_concurrency(latency_ms: float) -> int:
-    """Worker processes: 10 per core, the same at every latency (a deployment cannot know it).
-
-    A child is busy for one fetch plus one extraction at a time, so with 200 ms of latency
-    2 cores need enough children to overlap the waits: 8 lost 40 % at 200 ms, 20 lost nothing
-    (and cost nothing measurable without latency).
-    """
-    del latency_ms
-    return 10 * (os.cpu_count() or 1)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Configuration: one settings class read from `EVIDENCE_*` environment variables."""
 
+import os
 from functools import lru_cache
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -58,7 +59,19 @@ class Settings(BaseSettings):
     # Processes.
     #: Connections each process keeps open to PostgreSQL (plus as many again in bursts).
     db_pool_size: int = Field(default=10, ge=1, le=100)
+    #: Prefork only: worker processes (default 2 x cores).
     worker_concurrency: int | None = None
+    #: How `evidence worker` runs retrievals: `threads` (many in flight per process, extraction
+    #: in a process pool: the default), or `prefork` (one retrieval per child process).
+    worker_pool: Literal["threads", "prefork"] = "threads"
+    #: Threads pool: retrievals one worker process keeps in flight (each mostly waits on the
+    #: network; see docs/execution-model.md for what one costs).
+    worker_in_flight: int = Field(default=256, ge=1, le=4096)
+    #: Threads pool: extraction processes per worker (default: one per core).
+    extract_processes: int | None = Field(default=None, ge=1, le=256)
+    #: Added to the extraction processes' nice value, so fetching, the API and the database
+    #: win the CPU over extraction when they compete for it.
+    extract_nice: int = Field(default=5, ge=0, le=19)
     #: API processes serving behind one socket (`evidence api --workers` sets it). Each process
     #: sees only its share of new retrievals; the poll advice scales what it saw by this.
     api_workers: int = Field(default=1, ge=1, le=256)
@@ -141,6 +154,11 @@ class Settings(BaseSettings):
     def lease_seconds(self) -> float:
         """How long a claim holds: no task can outlive its hard limit, so past this it is lost."""
         return self.hard_time_limit + self.lease_grace_seconds
+
+    @property
+    def extract_process_count(self) -> int:
+        """Extraction processes of a threads-pool worker."""
+        return self.extract_processes or os.cpu_count() or 1
 
     @property
     def politeness_redis_url(self) -> str:

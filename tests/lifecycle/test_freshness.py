@@ -168,6 +168,22 @@ def test_unchanged_page_is_revalidated_without_download(
     assert item["last_confirmed_at"] == listed["last_confirmed_at"]
 
 
+def test_revalidation_through_the_worker(
+    api: Api, site: TLSSite, workspace: uuid.UUID, services: object
+) -> None:
+    """Through the API and the real worker (its own execution model): the second POST of a
+    URL is answered from a 304, the first's validators having been recorded by the worker."""
+    from tests.support.factories import body
+
+    origin = Origin(article("Lakes through the worker").encode(), etag='"t1"')
+    url = serve(site, origin)
+    first = completed(api, api.post(body(url, workspace)).json()["retrieval"]["id"])
+    second = completed(api, api.post(body(url, workspace)).json()["retrieval"]["id"])
+    assert origin.seen == [(None, None, 200), ('"t1"', None, 304)]
+    assert second["evidence"] == first["evidence"]
+    assert second["result"]["text"] == first["result"]["text"]
+
+
 def test_origin_without_validators_is_fetched_again_and_confirmed(
     api: Api, site: TLSSite, workspace: uuid.UUID
 ) -> None:

@@ -20,7 +20,7 @@ from worker.jobs.sweep import plan_publish
 
 pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services")]
 
-#: The session's retrieval worker runs this many processes (tests/conftest.py).
+#: The session's retrieval worker runs this many threads (tests/conftest.py).
 WORKER_PROCESSES = 2
 
 
@@ -55,8 +55,11 @@ class TestInteractiveFirst:
     def test_single_overtakes_a_queued_batch(
         self, api: Api, slow_url: str, site: TLSSite, workspace: uuid.UUID
     ) -> None:
-        """Six slow batch items fill both worker processes and queue four; a single POSTed
-        then runs next, before every one of the four queued items (FIFO: after all of them)."""
+        """Six slow batch items fill the worker's two threads, two more wait reserved in the
+        process (`node.THREADS_PREFETCH_MULTIPLIER`) and two in the broker; a single POSTed
+        then overtakes every item it finds waiting: the two in the broker at least, and the
+        reserved ones unless a thread freed before the single reached the process (FIFO:
+        after all of them)."""
         batch = api.batch([body(slow_url, workspace) for _ in range(6)]).json()["results"]
         batch_ids = [r["retrieval"]["id"] for r in batch]
         wait_running(api, batch_ids, WORKER_PROCESSES)
@@ -67,7 +70,7 @@ class TestInteractiveFirst:
         order = settled_order(api, batch_ids)
         alone = agent.wait(single, timeout=60)
         after = [settled for settled, _ in order if settled > alone["settled_at"]]
-        assert len(after) >= 4 - 1, (alone["settled_at"], order)  # at most one started first
+        assert len(after) >= 2, (alone["settled_at"], order)
 
 
 class TestSinglesBeyondTheLimit:

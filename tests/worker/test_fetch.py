@@ -529,3 +529,19 @@ class TestClose:
         with redis.Redis.from_url(private_redis.url) as observer:
             assert len(other_clients(observer)) == 1
         politeness.state.close()
+
+
+def test_deadline_scope_inside_another_never_extends_it() -> None:
+    """A fetch's own total timeout inside a retrieval's deadline ends by the earlier one."""
+    from worker.fetch.egress import deadline_scope, remaining_seconds
+
+    with deadline_scope(1.0):
+        with deadline_scope(30.0):
+            left = remaining_seconds()
+            assert left is not None and left <= 1.0
+        with deadline_scope(0.2):
+            left = remaining_seconds()
+            assert left is not None and left <= 0.2
+        left = remaining_seconds()
+        assert left is not None and 0.2 < left <= 1.0
+    assert remaining_seconds() is None

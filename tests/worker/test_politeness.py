@@ -177,3 +177,59 @@ class TestRedisDown:
         site.add("/busy", hostile.rate_limited("30"))
         failure = failure_of(make(redis_url=UNREACHABLE_REDIS), site.url("/busy"))
         assert (failure.reason, failure.retry_after_seconds) == (Reason.RATE_LIMITED, 30)
+
+
+class TestLocalGate:
+    """A process's own fetches of one host queue on a semaphore, not on Redis polls."""
+
+    def test_at_most_limit_at_once_per_origin(self) -> None:
+        """Ten threads, limit 2: never more than 2 inside for one origin; others unaffected."""
+        import threading
+
+        from worker.fetch.politeness import LocalGate
+
+        gate = LocalGate(2)
+        inside = {"a": 0, "b": 0}
+        most = {"a": 0, "b": 0}
+        lock = threading.Lock()
+
+        def visit(origin: str) -> None:
+            with gate.hold(origin, 10) as acquired:
+                assert acquired
+                with lock:
+                    inside[origin] += 1
+                    most[origin] = max(most[origin], inside[origin])
+                time.sleep(0.05)
+                with lock:
+                    inside[origin] -= 1
+
+        threads = [threading.Thread(target=visit, args=("ab"[n % 2],)) for n in range(20)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert most == {"a": 2, "b": 2}
+        assert gate._gates == {}  # nothing kept for origins nobody is using
+
+    def test_waiting_past_the_deadline_is_rate_limited(self, make: Any, site: TLSSite) -> None:
+        """A fetch that cannot get one of the process's permits in time is rate_limited, and
+        while it waits it does not poll Redis."""
+        politeness = Politeness(SharedState(hostile.private_redis_url()), per_host_limit=1)
+        fetcher = make(politeness)
+        origin = site.url("/").rstrip("/")
+        calls: list[str] = []
+        real_call = politeness.state.call
+
+        def counting(fallback: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+            calls.append(method)
+            return real_call(fallback, method, *args, **kwargs)
+
+        politeness.state.call = counting  # type: ignore[method-assign]
+        with politeness.local.hold(origin, 1):
+            started = time.monotonic()
+            with pytest.raises(FetchFailure) as caught, politeness.slot(origin, 0.5):
+                pass
+            assert 0.4 < time.monotonic() - started < 2
+        assert caught.value.reason is Reason.RATE_LIMITED
+        assert "eval" not in calls
+        assert fetcher.fetch(site.url("/ok")).status_code == 200

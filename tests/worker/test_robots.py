@@ -176,6 +176,18 @@ class TestPolicy:
         make().fetch(site.url("/ok"))
         assert site.hits["/robots.txt"] == 1 and site.hits["/ok"] == 2
 
+    def test_one_fetch_for_many_threads(self, site: TLSSite, make: Any) -> None:
+        """Sixteen threads of one process asking at once: robots.txt is fetched once."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        site.page("/robots.txt", "User-agent: *\nDisallow: /private/\n", "text/plain")
+        site.delay_seconds = 0.3  # every answer takes a while, so the threads overlap
+        fetcher = make()
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            codes = list(pool.map(lambda _: fetcher.fetch(site.url("/ok")).status_code, range(16)))
+        assert codes == [200] * 16
+        assert site.hits["/robots.txt"] == 1 and site.hits["/ok"] == 16
+
     def test_our_token_group(self, site: TLSSite, make: Any) -> None:
         """A group naming our product token applies to us."""
         site.page("/robots.txt", "User-agent: EvidenceRetrieval\nDisallow: /ok\n", "text/plain")

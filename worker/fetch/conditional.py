@@ -14,9 +14,11 @@ page is downloaded once, not twice.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypedDict
 
+from worker.fetch.egress import deadline_scope
 from worker.fetch.types import FetchedResponse, FetchFailure, NotModified
 
 
@@ -107,19 +109,29 @@ class RecordingFetcher:
 
 
 class PrimedFetcher:
-    """Answer a URL once from what a conditional request brought back; fetch the rest."""
+    """Answer a URL once from what a conditional request brought back; fetch the rest.
+
+    The fetches it makes end by `deadline` (a `time.monotonic()` instant): the conditional
+    requests and the full retrieval after them share one fetch deadline, so revalidating never
+    lengthens a retrieval past the bounds its time limits and lease are built on.
+    """
 
     def __init__(
-        self, inner: FetcherLike, primed: Mapping[str, FetchedResponse | FetchFailure]
+        self,
+        inner: FetcherLike,
+        primed: Mapping[str, FetchedResponse | FetchFailure],
+        deadline: float,
     ) -> None:
         self.inner = inner
         self.primed = dict(primed)
+        self.deadline = deadline
 
     def fetch(self, url: str) -> FetchedResponse:
         """The primed answer for `url` (once), else a fetch by the wrapped fetcher."""
         answer = self.primed.pop(url, None)
         if answer is None:
-            return self.inner.fetch(url)
+            with deadline_scope(max(0.0, self.deadline - time.monotonic())):
+                return self.inner.fetch(url)
         if isinstance(answer, FetchFailure):
             raise answer
         return answer

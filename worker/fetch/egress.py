@@ -57,8 +57,15 @@ def system_resolver(host: str, port: int) -> list[str]:
 
 @contextmanager
 def deadline_scope(seconds: float) -> Iterator[float]:
-    """Bound every socket operation inside the block to finish within `seconds` from now."""
+    """Bound every socket operation inside the block to finish within `seconds` from now.
+
+    A scope inside another never extends it: a fetch inside a retrieval's own deadline ends
+    by whichever comes first.
+    """
     deadline = time.monotonic() + seconds
+    outer = _deadline.get()
+    if outer is not None:
+        deadline = min(deadline, outer)
     token = _deadline.set(deadline)
     try:
         yield deadline

@@ -41,10 +41,13 @@ MAX_RESPONSE_HEADERS = 256
 REDIRECT_DRAIN_BYTES = 16 * 1024
 #: Raw (still encoded) bytes read at most, as a multiple of the decoded byte bound.
 RAW_BYTES_FACTOR = 2
-#: Pooled connections kept alive, and for how long, in seconds.
-MAX_KEEPALIVE_CONNECTIONS = 32
+#: Pooled connections kept alive, and for how long, in seconds. A worker keeps hundreds of
+#: retrievals in flight, up to the per-host limit on each of many hosts at once.
+MAX_KEEPALIVE_CONNECTIONS = 128
 KEEPALIVE_EXPIRY_SECONDS = 30.0
 
+#: How long past the fetch deadline a politeness slot outlives its holder, in seconds.
+SLOT_LEASE_MARGIN_SECONDS = 1.0
 #: Not Modified: the answer to a conditional GET whose validators still match.
 NOT_MODIFIED = 304
 
@@ -82,6 +85,9 @@ class Fetcher:
         ca = str(settings.ca_bundle) if settings.ca_bundle else None
         pool = httpcore.ConnectionPool(
             ssl_context=tls_context(ca),
+            # No cap of its own (httpcore's default is 10): the retrievals in flight and the
+            # per-host politeness limit bound the connections.
+            max_connections=None,
             max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
             keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
             http1=True,
@@ -107,7 +113,11 @@ class Fetcher:
         self._own_state: SharedState | None = None
         if politeness is None:
             self._own_state = SharedState(settings.politeness_redis_url)
-            politeness = Politeness(self._own_state)
+            # A slot is held for one hop of one fetch, which ends by the fetch's total deadline:
+            # a slot left behind by a killed worker (with up to the per-host limit of each
+            # host's slots when it ran hundreds of fetches) frees soon after, not minutes later.
+            lease = settings.fetch_total_timeout_seconds + SLOT_LEASE_MARGIN_SECONDS
+            politeness = Politeness(self._own_state, slot_lease_seconds=lease)
         self.politeness = politeness
         self.robots = RobotsPolicy(self.politeness.state, settings.user_agent, self._fetch_robots)
 

@@ -9,6 +9,7 @@ then fetches anyway) and stops asking Redis for a short while.
 from __future__ import annotations
 
 import math
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -83,6 +84,40 @@ class SharedState:
             return fallback
 
 
+class LocalGate:
+    """This process's share of the per-host limit: its fetches of one host queue here.
+
+    A worker keeps hundreds of retrievals in flight; without this, every one waiting for a busy
+    host would poll Redis 20 times a second. Waiting on a semaphore costs nothing, and only the
+    fetches that hold one of the process's `limit` permits for a host ask Redis for a slot.
+    Semaphores exist only while someone holds or waits for them.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._gates: dict[str, tuple[threading.Semaphore, int]] = {}
+
+    @contextmanager
+    def hold(self, origin: str, wait_seconds: float) -> Iterator[bool]:
+        """Yield whether one of `origin`'s permits was had within `wait_seconds`."""
+        with self._lock:
+            gate, users = self._gates.get(origin) or (threading.Semaphore(self.limit), 0)
+            self._gates[origin] = (gate, users + 1)
+        acquired = gate.acquire(timeout=max(0.0, wait_seconds))
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                gate.release()
+            with self._lock:
+                gate, users = self._gates[origin]
+                if users == 1:
+                    del self._gates[origin]
+                else:
+                    self._gates[origin] = (gate, users - 1)
+
+
 class Politeness:
     """Per-host back-off after 429 and a fleet-wide per-host concurrency limit."""
 
@@ -96,6 +131,7 @@ class Politeness:
         self.state = state
         self.per_host_limit = per_host_limit
         self.slot_lease_ms = int(slot_lease_seconds * 1000)
+        self.local = LocalGate(per_host_limit)
 
     def backoff_remaining(self, origin: str) -> int | None:
         """Whole seconds left of a back-off on `origin` (None when there is none)."""
@@ -131,16 +167,28 @@ class Politeness:
     @contextmanager
     def slot(self, origin: str, wait_seconds: float) -> Iterator[None]:
         """Hold one of `origin`'s slots; wait up to `wait_seconds`, then rate_limited."""
+        give_up = time.monotonic() + max(0.0, wait_seconds)
+        with self.local.hold(origin, wait_seconds) as acquired:
+            if not acquired:
+                raise self._busy()
+            with self._fleet_slot(origin, give_up):
+                yield
+
+    def _busy(self) -> FetchFailure:
+        return FetchFailure(
+            Reason.RATE_LIMITED,
+            f"{self.per_host_limit} fetches of this host already running",
+            retry_after_seconds=SLOT_RETRY_AFTER_SECONDS,
+        )
+
+    @contextmanager
+    def _fleet_slot(self, origin: str, give_up: float) -> Iterator[None]:
+        """Hold one of `origin`'s slots in Redis, shared by every worker process."""
         key = self.state.key("slots", origin)
         token = uuid.uuid4().hex
-        give_up = time.monotonic() + max(0.0, wait_seconds)
         while not self._acquire(key, token):
             if time.monotonic() >= give_up:
-                raise FetchFailure(
-                    Reason.RATE_LIMITED,
-                    f"{self.per_host_limit} fetches of this host already running",
-                    retry_after_seconds=SLOT_RETRY_AFTER_SECONDS,
-                )
+                raise self._busy()
             time.sleep(SLOT_POLL_SECONDS)
         try:
             yield

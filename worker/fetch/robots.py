@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -172,6 +173,8 @@ class RobotsPolicy:
         self.error_ttl_seconds = error_ttl_seconds
         self.local_ttl_seconds = local_ttl_seconds
         self._local: dict[str, tuple[float, RobotsAnswer, RobotsRules | None]] = {}
+        self._lock = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}
 
     def answer(self, origin: str) -> RobotsAnswer:
         """The origin's robots answer, from the cache or fetched (and then cached)."""
@@ -190,11 +193,34 @@ class RobotsPolicy:
         return answer
 
     def rules(self, origin: str) -> tuple[RobotsAnswer, RobotsRules | None]:
-        """The origin's answer and parsed rules: from this process's memo, else `answer`."""
-        now = time.monotonic()
+        """The origin's answer and parsed rules: from this process's memo, else `answer`.
+
+        Only one of the process's retrievals loads an origin's answer at a time; the others
+        wait for it and read the memo (one robots.txt fetch per origin, not one per thread).
+        """
+        memo = self._memo(origin)
+        if memo is not None:
+            return memo
+        with self._lock:
+            loading = self._loading.setdefault(origin, threading.Lock())
+        with loading:
+            memo = self._memo(origin)
+            if memo is not None:
+                return memo
+            try:
+                return self._load(origin)
+            finally:
+                with self._lock:
+                    self._loading.pop(origin, None)
+
+    def _memo(self, origin: str) -> tuple[RobotsAnswer, RobotsRules | None] | None:
         memo = self._local.get(origin)
-        if memo is not None and memo[0] > now:
+        if memo is not None and memo[0] > time.monotonic():
             return memo[1], memo[2]
+        return None
+
+    def _load(self, origin: str) -> tuple[RobotsAnswer, RobotsRules | None]:
+        now = time.monotonic()
         answer = self.answer(origin)
         parsed = RobotsRules.parse(answer.text) if answer.kind == RULES else None
         if len(self._local) >= ROBOTS_LOCAL_MAX_ORIGINS:

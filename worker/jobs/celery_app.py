@@ -134,6 +134,14 @@ def _preload_pipeline(**_: Any) -> None:
     import worker.content.pipeline  # noqa: F401
 
 
+@signals.worker_shutdown.connect
+def _stop_extract_pool(**_: Any) -> None:
+    """A threads-pool worker's extraction processes end with it (prefork has none)."""
+    from worker.jobs import extract_pool
+
+    extract_pool.stop()
+
+
 @signals.worker_process_init.connect
 def _after_fork(**_: Any) -> None:
     """A forked child must not share the parent's database connections or HTTP pool."""

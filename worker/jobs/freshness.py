@@ -31,6 +31,7 @@ from worker import clock
 from worker.content.results import Provenance, Result, failure_result, has_content
 from worker.fetch import conditional, fleet_metrics, freshness_metrics
 from worker.fetch.conditional import PrimedFetcher, RecordingFetcher, Validator
+from worker.fetch.egress import deadline_scope
 from worker.fetch.types import FetchedResponse, FetchFailure
 from worker.reasons import Reason
 from worker.store import db, retrievals, sources
@@ -128,6 +129,21 @@ def _prepare(
     validators: list[Validator] = source.validators
     if not conditional.can_revalidate(validators):
         return plan
+    with deadline_scope(fetcher.settings.fetch_total_timeout_seconds) as deadline:
+        primed, confirmed = _revalidate(fetcher, validators)
+    if len(confirmed) == len(validators):
+        plan.output = _output(stored_result(claim.kind, source, clock.now()))
+        plan.how, plan.validators = "revalidated", confirmed
+        return plan
+    plan.fetcher = RecordingFetcher(PrimedFetcher(pipeline_fetcher, primed, deadline))
+    return plan
+
+
+def _revalidate(
+    fetcher: Fetcher, validators: list[Validator]
+) -> tuple[dict[str, FetchedResponse | FetchFailure], list[Validator]]:
+    """Ask each URL again, in order, until one is not confirmed: what came back in full (a
+    200 or a failure, by URL), and the validators of the URLs confirmed so far."""
     primed: dict[str, FetchedResponse | FetchFailure] = {}
     confirmed: list[Validator] = []
     for validator in validators:
@@ -150,12 +166,7 @@ def _prepare(
             )
             primed[validator["url"]] = answer
         break
-    if len(confirmed) == len(validators):
-        plan.output = _output(stored_result(claim.kind, source, clock.now()))
-        plan.how, plan.validators = "revalidated", confirmed
-        return plan
-    plan.fetcher = RecordingFetcher(PrimedFetcher(pipeline_fetcher, primed))
-    return plan
+    return primed, confirmed
 
 
 def remember(claim: Claim, plan: Plan, result: Result, now: datetime) -> retrievals.AfterSettle:

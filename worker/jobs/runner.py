@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -11,9 +13,10 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from worker import clock
 from worker.content.results import failure_result
+from worker.fetch.egress import deadline_scope
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
-from worker.jobs import freshness, notify
+from worker.jobs import extract_pool, freshness, notify, replay
 from worker.jobs.outcomes import Delivery, task_outcome
 from worker.reasons import Reason
 from worker.settings import get_settings
@@ -26,14 +29,17 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 _fetcher: Fetcher | None = None
+_fetcher_lock = threading.Lock()
 
 
 def get_fetcher() -> Fetcher:
-    """The process's fetcher (one connection pool per worker process)."""
+    """The process's fetcher (one connection pool, politeness gate and robots memo per worker
+    process: hundreds of threads start at once, and must all get the same one)."""
     global _fetcher
-    if _fetcher is None:
-        _fetcher = Fetcher(get_settings())
-    return _fetcher
+    with _fetcher_lock:
+        if _fetcher is None:
+            _fetcher = Fetcher(get_settings())
+        return _fetcher
 
 
 def reset_fetcher() -> None:
@@ -54,11 +60,19 @@ def close_fetcher() -> None:
 
 
 def produce_output(claim: retrievals.Claim, fetcher: FetcherLike | None = None) -> PipelineOutput:
-    """Fetch and extract: the content step, with the page's images. Never raises for a source."""
+    """Fetch and extract: the content step, with the page's images. Never raises for a source.
+
+    In a threads-pool worker the fetches run here and the extraction in the process pool
+    (`produce_split`); in a prefork child both run here, bounded by Celery's soft time limit.
+    `fetcher` is the one `worker.jobs.freshness` prepared (it records validators).
+    """
     from worker.content.pipeline import PipelineOutput, run_pipeline
 
+    pool = extract_pool.get()
     fetcher = fetcher or MeteredFetcher(get_fetcher())
     try:
+        if pool is not None:
+            return produce_split(claim, pool, fetcher)
         return run_pipeline(fetcher, claim.url, claim.kind, claim.language)  # type: ignore[arg-type]
     except SoftTimeLimitExceeded:
         log.warning("soft_time_limit")
@@ -71,6 +85,44 @@ def produce_output(claim: retrievals.Claim, fetcher: FetcherLike | None = None) 
         return PipelineOutput(
             failure_result(claim.kind, Reason.UNSUPPORTED_CONTENT, clock.now())  # type: ignore[arg-type]
         )
+
+
+def produce_split(
+    claim: retrievals.Claim, pool: extract_pool.ExtractPool, fetcher: FetcherLike
+) -> PipelineOutput:
+    """Fetch in this thread, extract in `pool`, all within the retrieval's own time bound.
+
+    Threads cannot be interrupted the way Celery's soft time limit interrupts a prefork child,
+    so the same bound (fetch total + extract budget + margin, well inside the lease) is a
+    deadline here: every fetch ends by it (on top of its own total timeout), and an extraction
+    step still running (or still queued for a process) when it passes is stopped, its process
+    killed and replaced. As with the soft limit, the extract budget is extraction's share of
+    the bound, not a limit of its own: time the fetches did not use is extraction's too.
+    """
+    settings = get_settings()
+    bound = settings.soft_time_limit
+    deadline = time.monotonic() + bound
+
+    def extract(fetched: replay.Fetched) -> object:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise extract_pool.ExtractionTimeout("no time left to extract")
+        args = (claim.url, claim.kind, claim.language, fetched)
+        return pool.run(replay.pipeline_step, args, left, left)
+
+    try:
+        with deadline_scope(bound):
+            return replay.drive(claim.url, claim.kind, claim.language, fetcher, extract)  # type: ignore[no-any-return]
+    except extract_pool.ExtractionTimeout as exc:
+        return _timed_out(claim, str(exc))
+
+
+def _timed_out(claim: retrievals.Claim, why: str) -> PipelineOutput:
+    """The result of a retrieval that overran its bound: unavailable/timeout, as prefork's."""
+    from worker.content.pipeline import PipelineOutput
+
+    log.warning("retrieval_timeout", detail=why)
+    return PipelineOutput(failure_result(claim.kind, Reason.TIMEOUT, clock.now()))  # type: ignore[arg-type]
 
 
 def run_retrieval(retrieval_id: uuid.UUID) -> dict[str, Any]:

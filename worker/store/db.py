@@ -30,6 +30,11 @@ SQLITE_BUSY_TIMEOUT_SECONDS = 30
 TRANSIENT_ATTEMPTS = 4
 #: Test each pooled connection with a round trip before use (see `skip_pre_ping`).
 _pre_ping = True
+#: How long a checkout waits for a pooled PostgreSQL connection (see `queue_for_connections`).
+_pool_timeout = 5.0
+#: What a threads-pool worker's retrievals wait for a connection: they hold one only for a
+#: claim or a settle (milliseconds), so hundreds in flight share the pool by queueing briefly.
+WORKER_POOL_TIMEOUT_SECONDS = 30.0
 
 
 def is_sqlite(engine: Engine) -> bool:
@@ -93,7 +98,7 @@ def make_engine(url: str) -> Engine:
         pool_pre_ping=_pre_ping,
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_timeout=5,
+        pool_timeout=_pool_timeout,
         connect_args={"connect_timeout": 5},
     )
 
@@ -160,6 +165,13 @@ def skip_pre_ping() -> None:
     """
     global _pre_ping
     _pre_ping = False
+    dispose_engine()
+
+
+def queue_for_connections() -> None:
+    """Let this process's threads wait their turn for a connection (threads-pool workers)."""
+    global _pool_timeout
+    _pool_timeout = WORKER_POOL_TIMEOUT_SECONDS
     dispose_engine()
 
 

@@ -1,0 +1,130 @@
+"""The extraction processes of a threads-pool worker: bounded, niced, killed when they overrun.
+
+A worker process keeps hundreds of retrievals in flight on threads, which mostly wait on the
+network; the CPU work (decoding, parsing, trafilatura, captions, images) runs here, in one
+process per core, so it neither holds the fetching threads' GIL nor stalls them. Pebble's
+`ProcessPool` does what `concurrent.futures` does not: a task that overruns its timeout has its
+process killed and replaced, and the caller gets `TimeoutError` while the other tasks go on.
+
+The processes come from a fork server (a clean interpreter that has imported the pipeline once),
+not from a fork of the threaded worker, which could copy a lock some other thread held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import CancelledError
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+import structlog
+from pebble import ProcessExpired, ProcessPool
+
+log = structlog.get_logger(__name__)
+
+#: What the fork server imports once, so each extraction process starts with it loaded.
+PRELOAD = ["worker.jobs.replay", "worker.content.pipeline"]
+
+
+class ExtractionTimeout(Exception):
+    """The step overran its budget; its process was killed (and replaced)."""
+
+
+class ExtractionCrashed(Exception):
+    """The step's process died under it (a crash in a C extension, the OOM killer)."""
+
+
+def _start_process(nice: int) -> None:
+    """Initializer of each extraction process: lower its priority, import the pipeline."""
+    if nice:
+        with contextlib.suppress(OSError):
+            os.nice(nice)
+    import worker.jobs.replay  # noqa: F401  (already imported by the fork server)
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
+class ExtractPool:
+    """A bounded pool of extraction processes with per-task timeouts."""
+
+    def __init__(self, processes: int, nice: int = 0) -> None:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)
+        self.processes = processes
+        self._pool = ProcessPool(
+            max_workers=processes,
+            initializer=_start_process,
+            initargs=(nice,),
+            context=context,
+        )
+
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...], budget: float, wait: float) -> Any:
+        """`fn(*args)` in an extraction process, killed after `budget` seconds of running.
+
+        `wait` bounds the whole call, the time queued for a free process included: past it
+        the step is cancelled (a running one has its process killed) and the call gives up.
+        """
+        future = self._pool.schedule(fn, args=args, timeout=budget)
+        try:
+            return future.result(timeout=wait)
+        except FutureTimeout as exc:
+            # Pebble raises its own TimeoutError once it killed a step that ran past `budget`;
+            # ours fires when `wait` ran out first: cancelling stops the step either way.
+            future.cancel()  # type: ignore[no-untyped-call]  # pebble's future is untyped
+            raise ExtractionTimeout(f"extraction exceeded its bound ({budget:.1f} s)") from exc
+        except CancelledError as exc:
+            raise ExtractionTimeout("extraction cancelled") from exc
+        except ProcessExpired as exc:
+            raise ExtractionCrashed(f"extraction process died (exit code {exc.exitcode})") from exc
+
+    def warm(self, timeout: float = 120.0) -> None:
+        """Start every process and wait until each has run a step (the fork server's start and
+        its imports take seconds; no retrieval should pay for them against its budget)."""
+        futures = [self._pool.schedule(_ready) for _ in range(self.processes)]
+        for future in futures:
+            future.result(timeout=timeout)
+
+    def pids(self) -> list[int]:
+        """The extraction processes alive now."""
+        workers = self._pool._pool_manager.worker_manager.workers
+        return [pid for pid, process in list(workers.items()) if process.is_alive()]
+
+    def close(self) -> None:
+        """Stop the processes (running steps are killed: their retrievals are re-run)."""
+        self._pool.stop()  # type: ignore[no-untyped-call]
+        with contextlib.suppress(Exception):
+            self._pool.join(timeout=5)
+
+
+_pool: ExtractPool | None = None
+_lock = threading.Lock()
+
+
+def start(processes: int, nice: int = 0) -> ExtractPool:
+    """Start this process's pool (once)."""
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ExtractPool(processes, nice)
+            log.info("extract_pool_started", processes=processes, nice=nice)
+        return _pool
+
+
+def get() -> ExtractPool | None:
+    """This process's pool, or None where extraction runs in the task itself (prefork)."""
+    return _pool
+
+
+def stop() -> None:
+    """Stop this process's pool, if it has one."""
+    global _pool
+    with _lock:
+        if _pool is not None:
+            _pool.close()
+            _pool = None

@@ -1,0 +1,76 @@
+"""Start a threads-pool worker process: many retrievals in flight, extraction in processes.
+
+`evidence worker` runs this in a child it supervises (`worker.jobs.supervisor`). Celery's
+threads pool delivers the messages (acks late, one thread per retrieval in flight); the
+extraction processes start from a fork server while Celery starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+from worker.settings import get_settings
+
+#: Messages a threads-pool worker reserves, per thread.
+THREADS_PREFETCH_MULTIPLIER = 2
+#: The pool class a threads-pool worker runs.
+LANE_POOL = "worker.jobs.lane_pool:LaneThreadPool"
+
+
+def run_threads_worker(argv: list[str]) -> int:
+    """Prepare this process for threads, then run `celery worker` with `argv` (no `-P`)."""
+    from worker.jobs import extract_pool, runner
+    from worker.jobs.celery_app import app
+    from worker.store import db
+
+    settings = get_settings()
+    db.skip_pre_ping()
+    db.queue_for_connections()
+    runner.reset_fetcher()
+    extraction = extract_pool.start(settings.extract_process_count, settings.extract_nice)
+    # The fork server takes seconds to start and import the pipeline: let Celery start
+    # meanwhile (retrievals that arrive first queue for a process within their deadline).
+    threading.Thread(target=extraction.warm, name="extract-pool-warm", daemon=True).start()
+    # Celery cancels running tasks when the broker connection drops by killing their process;
+    # a thread cannot be killed. The task finishes and settles instead (the database fences
+    # it), and the broker redelivers its message, which then claims nothing.
+    app.conf.worker_cancel_long_running_tasks_on_connection_loss = False
+    # The threads pool consumes in a blocking loop that asks the broker again only every poll
+    # (up to a second or two): with no message waiting in the process, a thread that frees
+    # idles that long. Reserving twice the threads keeps the next message at hand. Reserved
+    # messages are unacked: a lost worker's are redelivered, or republished by the sweep.
+    app.conf.worker_prefetch_multiplier = THREADS_PREFETCH_MULTIPLIER
+    # Celery's threads pool, but taking the reserved messages in lane order (`lane_pool`); the
+    # CLI knows pools only by alias, and takes a configured one when given none.
+    app.conf.worker_pool = LANE_POOL
+    app.worker_main(argv)  # ends in SystemExit with its exit code
+    return 0
+
+
+def preload() -> None:
+    """Import what a worker process runs, once, in the supervisor: a replacement worker forked
+    from it starts without importing again, and shares these pages with it."""
+    import worker.content.pipeline
+    import worker.jobs.node
+    import worker.jobs.replay
+    import worker.jobs.tasks  # noqa: F401
+
+
+def lower_priority(nice: int) -> None:
+    """Add `nice` to this process's nice value, and to its session's when it leads one.
+
+    With the kernel's autogroup scheduling, CPU is shared between sessions first, so a
+    process's own nice value only ranks it inside its session. A worker started in a session of
+    its own (as honcho and most supervisors do) also lowers that session's weight, so an API in
+    another session wins the CPU over it.
+    """
+    os.nice(nice)
+    if os.getsid(0) != os.getpid():
+        return
+    autogroup = Path("/proc/self/autogroup")
+    with contextlib.suppress(OSError, ValueError):
+        current = int(autogroup.read_text().split("nice")[-1])
+        autogroup.write_text(str(min(19, current + nice)))
