@@ -67,7 +67,7 @@ bench-fairness: install  ## Fairness: an agent's single retrievals during anothe
 	./deploy/ensure-services.sh --postgres
 	$(PY) -m bench.fairness $(FAIRNESS_ARGS)
 
-REVALIDATION_ARGS ?= --pages 1000 --concurrency 2
+REVALIDATION_ARGS ?= --pages 1000
 bench-revalidation: install  ## Re-retrieving unchanged pages (304s) against a first pass: CPU and bytes
 	./deploy/ensure-services.sh --postgres
 	$(PY) -m bench.revalidation $(REVALIDATION_ARGS)

@@ -1,6 +1,6 @@
 """Re-retrieving unchanged pages: what conditional revalidation costs against a first pass.
 
-Run: .venv/bin/python -m bench.revalidation [--pages 1000] [--concurrency 2]
+Run: .venv/bin/python -m bench.revalidation [--pages 1000] [--pool threads|prefork]
 
 One stack (bench.service: PostgreSQL, Redis, API, worker, beat) and one loopback fixture site
 that sends strong ETags and answers a matching If-None-Match with 304 (`bench.site
@@ -152,11 +152,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=1000)
     parser.add_argument("--hosts", type=int, default=4, help="sites the URLs are spread over")
-    parser.add_argument("--concurrency", type=int, default=2, help="worker processes")
+    parser.add_argument(
+        "--concurrency", type=int, default=None, help="worker --concurrency (its default)"
+    )
+    parser.add_argument("--pool", default=None, help="worker --pool: threads (default) or prefork")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="evidence-bench-revalidation-"))
     site = Site(tmp, args.pages, args.hosts, 0.0, ("--validators",))
-    stack = Stack(tmp, site.info, args.concurrency).start()
+    stack = Stack(tmp, site.info, args.concurrency, pool=args.pool).start()
     try:
         workspace = str(uuid.uuid4())
         key = stack.cli("keys", "create", "--workspace", workspace).strip().splitlines()[-1]
@@ -174,7 +177,8 @@ def main() -> None:
     cpu_ratio = second.cpu / first.cpu if first.cpu else float("nan")
     bytes_ratio = second.site_bytes / first.site_bytes if first.site_bytes else float("nan")
     console.print(
-        f"{args.pages} pages, {args.concurrency} worker processes, {os.cpu_count()} cores\n"
+        f"{args.pages} pages, worker pool {args.pool or 'default'} "
+        f"(concurrency {args.concurrency or 'default'}), {os.cpu_count()} cores\n"
         f"  pass 1: {first.seconds:.1f} s, API+worker CPU {first.cpu:.1f} s "
         f"(postgres {first.cpu_postgres:.1f} s), {first.site_bytes} bytes, "
         f"{first.ready} with content, {first.new_revisions} new revisions\n"
@@ -190,6 +194,7 @@ def main() -> None:
     out = {
         "pages": args.pages,
         "concurrency": args.concurrency,
+        "pool": args.pool,
         "first": asdict(first),
         "second": asdict(second),
         "third_reuse": asdict(third),

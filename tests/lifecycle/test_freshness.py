@@ -469,3 +469,22 @@ def test_metrics_family_renders_the_counts() -> None:
     samples = {(s.labels["outcome"], s.labels["kind"]): s.value for s in family.samples}
     assert family.name == "evidence_freshness_outcomes"
     assert samples == {("revalidated", "url_text"): 3.0, ("reused", "url_text"): 1.0}
+
+
+def test_the_full_retrieval_after_revalidating_shares_its_fetch_deadline(site: TLSSite) -> None:
+    """A fetch after the conditional requests ends by their deadline: none left, a timeout."""
+    import time
+
+    from worker.fetch.conditional import PrimedFetcher
+    from worker.fetch.fetcher import Fetcher
+    from worker.fetch.types import FetchFailure
+    from worker.reasons import Reason
+    from worker.settings import get_settings
+
+    url = site.page(f"/fresh/{uuid.uuid4().hex}", article("Lakes too late"))
+    with Fetcher(get_settings()) as fetcher:
+        spent = PrimedFetcher(fetcher, {}, deadline=time.monotonic() - 1)
+        with pytest.raises(FetchFailure) as failure:
+            spent.fetch(url)
+        assert failure.value.reason is Reason.TIMEOUT
+        assert PrimedFetcher(fetcher, {}, time.monotonic() + 30).fetch(url).status_code == 200
