@@ -162,6 +162,14 @@ def operations() -> dict[tuple[str, str], Operation]:
             None,
             ex["evidence"],
         ),
+        ("get", f"{evidence}/{{evidence_id}}/diff"): Operation(
+            "diffEvidence",
+            None,
+            {200: ("EvidenceDiffResponse", "What changed from revision `from` to `to`.")},
+            (404,),
+            None,
+            ex["evidence_diff"],
+        ),
         ("post", "/research-api/chunks/search"): Operation(
             "searchChunks",
             "ChunkSearchRequest",

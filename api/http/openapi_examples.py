@@ -76,10 +76,31 @@ def examples() -> dict[str, Any]:
         }
     }
     ids = {"workspace_id": workspace, "id": brief_id}
+    diff = {
+        "diff": {
+            "evidence_id": evidence_id,
+            "kind": "url_text",
+            "from_revision": 1,
+            "to_revision": 2,
+            "from_sha256": digest,
+            "to_sha256": "1" * 64,
+            "changed": ["text"],
+            "text": {
+                "unified": "--- revision 1\n+++ revision 2\n@@ -1 +1 @@\n-example\n+revised",
+                "lines_added": 1,
+                "lines_removed": 1,
+                "approximate": False,
+                "truncated": False,
+            },
+            "cues": None,
+            "truncated": False,
+        }
+    }
     return {
         "retrieve": _arguments("evidence_retrieve"),
         "retrieval": retrieval,
         "evidence": evidence,
+        "evidence_diff": diff,
         "chunk_search": {"workspace_id": workspace, "query": "research notes", "limit": 10},
         "chunks": {"result": {"chunks": [chunk]}},
         "chunk_get": {"chunk_id": chunk["chunk_id"]},

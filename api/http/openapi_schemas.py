@@ -93,6 +93,57 @@ def _evidence_schema(retrieval: dict[str, Any]) -> dict[str, Any]:
     return _object({"evidence": _object(properties, list(properties))}, ["evidence"])
 
 
+def _diff_schema(retrieval: dict[str, Any]) -> dict[str, Any]:
+    """`GET /research-api/evidence/{id}/diff` (no contract file): a text's or a track's changes."""
+    from api.services.evidence_diff import COMPARED
+
+    result = retrieval["properties"]["retrieval"]["properties"]["result"]["anyOf"][0]
+    cue = copy.deepcopy(result["properties"]["segments"]["items"])
+    count = {"type": "integer", "minimum": 0}
+    flag = {"type": "boolean"}
+    text = _object(
+        {
+            "unified": {"type": "string", "description": "`diff -u` format; empty if equal."},
+            "lines_added": count,
+            "lines_removed": count,
+            "approximate": flag,
+            "truncated": flag,
+        },
+        ["unified", "lines_added", "lines_removed", "approximate", "truncated"],
+    )
+    side = {"anyOf": [cue, {"type": "null"}]}
+    change = {"type": "string", "enum": ["added", "removed", "changed"]}
+    entry = _object({"change": change, "from": side, "to": side}, ["change", "from", "to"])
+    counts = ("unchanged", "shifted", "changed", "added", "removed")
+    cues = _object(
+        {
+            "offset_ms": {"type": "integer"},
+            **dict.fromkeys(counts, count),
+            "entries": {"type": "array", "items": entry},
+            "truncated": flag,
+        },
+        ["offset_ms", *counts, "entries", "truncated"],
+    )
+    digest = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+    properties = {
+        "evidence_id": UUID,
+        "kind": result["properties"]["kind"],
+        "from_revision": REVISION,
+        "to_revision": REVISION,
+        "from_sha256": digest,
+        "to_sha256": digest,
+        "changed": {
+            "type": "array",
+            "items": {"type": "string", "enum": list(COMPARED)},
+            "uniqueItems": True,
+        },
+        "text": {"anyOf": [text, {"type": "null"}]},
+        "cues": {"anyOf": [cues, {"type": "null"}]},
+        "truncated": flag,
+    }
+    return _object({"diff": _object(properties, list(properties))}, ["diff"])
+
+
 def _error_schema() -> dict[str, Any]:
     error = _object(
         {
@@ -169,6 +220,7 @@ def components() -> dict[str, dict[str, Any]]:
         ),
         "RetrievalResponse": _described(retrieval, "worker/contract/evidence_retrieve.output.json"),
         "EvidenceResponse": _evidence_schema(retrieval),
+        "EvidenceDiffResponse": _diff_schema(retrieval),
         "ChunkSearchRequest": _described(
             _contract("chunk_search.input.json"), "As the research_chunk_search tool's input."
         ),

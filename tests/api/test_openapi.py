@@ -22,6 +22,7 @@ ID_ROUTES = {
     ("get", "/research-api/evidence/retrievals/{retrieval_id}"),
     ("post", "/research-api/evidence/retrievals/{retrieval_id}/cancel"),
     ("get", "/research-api/evidence/{evidence_id}"),
+    ("get", "/research-api/evidence/{evidence_id}/diff"),
 }
 CONTRACT_BODIES = {
     # (method, path): (request component, contract file, success component, contract file)

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query
 from api.http.deps import PrincipalDep, SessionDep
 from api.read_schemas import MAX_SAFE_INTEGER
 from api.schemas import UuidParam
-from api.services import retrievals
+from api.services import evidence_diff, retrievals
 
 router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
 
@@ -24,3 +24,15 @@ def get_evidence(
 ) -> dict[str, Any]:
     """One evidence revision (latest by default) and the list of its revisions."""
     return retrievals.read_evidence(session, principal, evidence_id, revision)
+
+
+@router.get("/{evidence_id:uuid}/diff")
+def diff_evidence(
+    evidence_id: UuidParam,
+    principal: PrincipalDep,
+    session: SessionDep,
+    old: Annotated[int, Query(alias="from", ge=1, le=MAX_SAFE_INTEGER)],
+    new: Annotated[int, Query(alias="to", ge=1, le=MAX_SAFE_INTEGER)],
+) -> dict[str, Any]:
+    """What changed from revision `from` to revision `to` of one evidence item."""
+    return evidence_diff.diff_evidence(session, principal, evidence_id, old, new)
