@@ -358,6 +358,14 @@ def enqueue(
         float | None,
         typer.Option(help="With --wait, stop waiting after this many seconds; count unsettled."),
     ] = None,
+    max_age: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Reuse window in seconds (Cache-Control: max-age): a source fetched or "
+            "confirmed this recently completes from its stored revision, without a fetch.",
+        ),
+    ] = None,
 ) -> None:
     """Submit a batch of URLs; re-running the same file resumes without duplicates."""
     from api.batch.enqueue import EnqueueOptions, run_enqueue
@@ -378,6 +386,7 @@ def enqueue(
         batch=batch,
         poll_interval=poll_interval,
         timeout=timeout,
+        max_age=max_age,
     )
     raise typer.Exit(run_enqueue(options))
 

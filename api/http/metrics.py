@@ -43,6 +43,7 @@ from prometheus_client.registry import Collector
 from api.http.webhook_metrics import WebhookCollector
 from worker import clock
 from worker.fetch import fleet_metrics as fetch_metrics
+from worker.fetch import freshness_metrics
 from worker.jobs import outbox
 from worker.jobs.celery_app import LANE_QUEUES
 from worker.states import RetrievalState as S
@@ -133,6 +134,9 @@ class StateCollector(Collector):
         up.add_metric(["redis"], float(stats is not None))
         if stats is not None:
             yield from _fetch_families(stats)
+        freshness = freshness_metrics.read()
+        if freshness is not None:
+            yield _freshness_family(freshness)
         yield up
 
 
@@ -253,6 +257,19 @@ def _fetch_families(stats: fetch_metrics.FetchStats) -> Iterator[Metric]:
             buckets = histogram.cumulative(fetch_metrics.HISTOGRAMS[name])
             family.add_metric([outcome], buckets, histogram.total)
         yield family
+
+
+def _freshness_family(counts: dict[tuple[str, str], int]) -> Metric:
+    family = CounterMetricFamily(
+        "evidence_freshness_outcomes",
+        "Settled retrievals with content, by how their evidence stayed fresh: revalidated (every "
+        "URL answered 304), reused (within the client's max-age, no fetch), new_revision (a "
+        "full fetch, new content), unchanged (a full fetch, content already stored); by kind.",
+        labels=["outcome", "kind"],
+    )
+    for (outcome, kind), count in sorted(counts.items()):
+        family.add_metric([outcome, kind], float(count))
+    return family
 
 
 STATE = StateCollector()

@@ -56,7 +56,22 @@ def _evidence_schema(retrieval: dict[str, Any]) -> dict[str, Any]:
     result = fields["result"]["anyOf"][0]["properties"]
     instant = fields["created_at"]
     digest = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
-    listed = _object({"revision": REVISION, "content_sha256": digest, "created_at": instant}, [])
+    seen = {**instant, "description": "When this content was first seen (its `created_at`)."}
+    confirmed = {
+        **instant,
+        "description": "When this content was last fetched or confirmed (a 304, an identical "
+        "re-fetch); a reuse within a client's max-age does not move it.",
+    }
+    listed = _object(
+        {
+            "revision": REVISION,
+            "content_sha256": digest,
+            "created_at": instant,
+            "first_seen_at": seen,
+            "last_confirmed_at": confirmed,
+        },
+        [],
+    )
     listed["required"] = list(listed["properties"])
     properties = {
         "evidence_id": UUID,
@@ -73,6 +88,7 @@ def _evidence_schema(retrieval: dict[str, Any]) -> dict[str, Any]:
         "segments": result["segments"],
         "provenance": result["provenance"],
         "created_at": instant,
+        "last_confirmed_at": confirmed,
         "revisions": {"type": "array", "items": listed},
     }
     return _object({"evidence": _object(properties, list(properties))}, ["evidence"])

@@ -15,8 +15,11 @@ def evidence_payload(
     evidence: Evidence,
     revision: EvidenceRevision,
     revisions: list[tuple[int, str, Any]],
+    confirmed: dict[int, Any] | None = None,
 ) -> dict[str, Any]:
-    """One evidence revision with the list of all revisions."""
+    """One evidence revision with the list of all revisions, each with when it was first seen
+    (`first_seen_at`, as `created_at`) and last fetched or confirmed (`last_confirmed_at`)."""
+    seen = confirmed or {}
     return {
         "evidence": {
             "evidence_id": str(evidence.id),
@@ -33,8 +36,15 @@ def evidence_payload(
             "segments": revision.segments,
             "provenance": revision.provenance,
             "created_at": isoformat(as_utc(revision.created_at)),
+            "last_confirmed_at": isoformat(seen.get(revision.revision, revision.created_at)),
             "revisions": [
-                {"revision": n, "content_sha256": digest, "created_at": isoformat(at)}
+                {
+                    "revision": n,
+                    "content_sha256": digest,
+                    "created_at": isoformat(at),
+                    "first_seen_at": isoformat(at),
+                    "last_confirmed_at": isoformat(seen.get(n, at)),
+                }
                 for n, digest, at in revisions
             ],
         }

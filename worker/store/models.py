@@ -88,6 +88,8 @@ class Retrieval(SQLModel, table=True):
     result: dict[str, Any] | None = Field(default=None, sa_column=sa.Column(sa.JSON))
     evidence_id: uuid.UUID | None = Field(default=None, sa_column=sa.Column(sa.Uuid))
     evidence_revision: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
+    #: The client's reuse window (`Cache-Control: max-age=N`), in seconds; None when not sent.
+    max_age_seconds: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
 
 
 class Evidence(SQLModel, table=True):
@@ -128,6 +130,36 @@ class EvidenceRevision(SQLModel, table=True):
     segments: list[dict[str, Any]] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
     provenance: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
     created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    #: When its content was last fetched or confirmed (a 304, an identical re-fetch); None: not
+    #: since `created_at`.
+    confirmed_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+
+
+class EvidenceSource(SQLModel, table=True):
+    """A requested URL and what it last led to: the revision, validators, result's status.
+
+    Keyed by what a retrieval asks for (the evidence item's identity needs the final URL, known
+    only after a fetch), so a retrieval can revalidate before it fetches (`worker.freshness`).
+    """
+
+    __tablename__ = "evidence_source"
+
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, primary_key=True))
+    kind: str = Field(sa_column=sa.Column(sa.String(32), primary_key=True))
+    #: The requested URL, normalised as evidence URLs are.
+    url_key: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    #: Requested language, lower-cased; "" when none.
+    language: str = Field(sa_column=sa.Column(sa.String(35), primary_key=True, server_default=""))
+    evidence_id: uuid.UUID = Field(
+        sa_column=sa.Column(sa.Uuid, sa.ForeignKey("evidence.id"), nullable=False)
+    )
+    revision: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    #: Every URL the pipeline fetched, in order: {"url", "final_url", "etag", "last_modified"}.
+    validators: list[dict[str, Any]] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    #: The result's {"status", "reason", "warnings"} (content alone does not say them).
+    outcome: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    #: When the row was last written (a full fetch, or a 304 with fresher validators).
+    fetched_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
 
 
 class BatchSchedule(SQLModel, table=True):

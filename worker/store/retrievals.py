@@ -8,7 +8,7 @@ freely: the database lets exactly one of them win.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
@@ -96,6 +96,8 @@ class NewRetrieval:
     url: str
     kind: str
     language: str | None
+    #: Reuse window (`Cache-Control: max-age=N`): not part of what the mutation identifies.
+    max_age_seconds: int | None = None
 
     @property
     def language_key(self) -> str:
@@ -131,6 +133,7 @@ _NEW_COLUMNS = (
     "published_at",
     "created_at",
     "valid_until",
+    "max_age_seconds",
 )
 
 
@@ -198,6 +201,7 @@ def _row_values(request: NewRetrieval, now: datetime, ttl: timedelta, lane: str)
         "published_at": now,
         "created_at": now,
         "valid_until": now + ttl,
+        "max_age_seconds": request.max_age_seconds,
     }
 
 
@@ -568,8 +572,10 @@ def settle(
     result: Result,
     now: datetime,
     images: Sequence[ImageRef] = (),
-) -> None:
+) -> tuple[uuid.UUID | None, int | None]:
     """Record the outcome of `claim` in `session`'s transaction; raise `Fenced` if it lost.
+
+    Returns the evidence (item id, revision) the outcome names, (None, None) without content.
 
     The evidence revision (if the result has content) is written first, then one UPDATE sets
     the outcome and the revision it names, matching only the attempt that claimed and only
@@ -596,18 +602,34 @@ def settle(
     if not rowcount(won):
         raise Fenced(str(claim.retrieval_id))
     webhooks.record_settled(session, [claim.retrieval_id], now)
+    return evidence_id, revision
+
+
+#: Work done in the settle's own transaction once it won: (session, evidence id, revision).
+AfterSettle = Callable[[Session, uuid.UUID | None, int | None], None]
 
 
 def settle_claim(
-    claim: Claim, result: Result, now: datetime, images: Sequence[ImageRef] = ()
+    claim: Claim,
+    result: Result,
+    now: datetime,
+    images: Sequence[ImageRef] = (),
+    then: AfterSettle | None = None,
 ) -> bool:
     """Settle `claim` in its own transaction; False when it was fenced off.
 
     A fenced settle writes nothing; if the retrieval is past `valid_until` it is expired instead
-    (too late is too late: past valid_until a retrieval is expired, not completed).
+    (too late is too late: past valid_until a retrieval is expired, not completed). `then`
+    runs in the same transaction after a settle that won (`worker.jobs.freshness`).
     """
+
+    def write(session: Session) -> None:
+        evidence_id, revision = settle(session, claim, result, now, images)
+        if then is not None:
+            then(session, evidence_id, revision)
+
     try:
-        db.with_transient_retry(lambda s: settle(s, claim, result, now, images))
+        db.with_transient_retry(write)
     except Fenced:
         db.with_transient_retry(lambda s: expire_due(s, now, claim.retrieval_id))
         return False
