@@ -159,35 +159,28 @@ def batch_figures(stack: Stack, workspace: str) -> dict[str, Any]:
 
 
 def slowest(stack: Stack, ids: list[str], count: int = 5) -> list[dict[str, Any]]:
-    """B's slowest retrievals, each split into its wait for a worker and its run (last attempt)."""
+    """B's slowest retrievals under load: seconds to settle, attempts, lane, outcome."""
     import psycopg
 
-    from worker.settings import get_settings
-
-    lease = get_settings().lease_seconds
     url = stack.database_url.replace("postgresql+psycopg://", "postgresql://")
     conn = wait_for(lambda: _try(psycopg.connect, url), timeout=300, interval=2.0)
     with conn:
         rows = conn.execute(
-            "SELECT attempt, lane, created_at, lease_until, settled_at, result FROM retrieval"
+            "SELECT attempt, lane, created_at, settled_at, result FROM retrieval"
             " WHERE id = ANY(%s) AND settled_at IS NOT NULL",
             (ids,),
         ).fetchall()
-    out = []
-    for attempt, lane, created, lease_until, settled, result in rows:
-        claimed = lease_until.timestamp() - lease if lease_until else None
-        out.append(
-            {
-                "seconds": round((settled - created).total_seconds(), 2),
-                "attempt": attempt,
-                "lane": lane,
-                "queued_s": round(claimed - created.timestamp(), 2) if claimed else None,
-                "ran_s": round(settled.timestamp() - claimed, 2) if claimed else None,
-                "status": (result or {}).get("status"),
-                "reason": (result or {}).get("reason"),
-            }
-        )
-    return sorted(out, key=lambda row: -row["seconds"])[:count]
+    out = [
+        {
+            "seconds": round((settled - created).total_seconds(), 2),
+            "attempt": attempt,
+            "lane": lane,
+            "status": (result or {}).get("status"),
+            "reason": (result or {}).get("reason"),
+        }
+        for attempt, lane, created, settled, result in rows
+    ]
+    return sorted(out, key=lambda row: -float(row["seconds"]))[:count]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -31,7 +31,7 @@ def record_attempt(outcome: str, seconds: float) -> None:
     if time.monotonic() < _quiet_until:
         return
     try:
-        pipe = fleet_metrics._redis().pipeline(transaction=False)
+        pipe = fleet_metrics.redis_client().pipeline(transaction=False)
         index = fleet_metrics.bucket_index(DURATION_BUCKETS, seconds)
         pipe.hincrby(METRICS_KEY, f"{outcome}|b{index}", 1)
         pipe.hincrbyfloat(METRICS_KEY, f"{outcome}|sum", seconds)
@@ -59,7 +59,7 @@ def parse(raw: dict[bytes | str, bytes | str]) -> dict[str, fleet_metrics.Histog
 def read() -> dict[str, fleet_metrics.Histogram] | None:
     """Every outcome's histogram, or None when Redis cannot be read now."""
     try:
-        raw = cast("dict[bytes | str, bytes | str]", fleet_metrics._redis().hgetall(METRICS_KEY))
+        raw = cast("dict[bytes | str, bytes | str]", fleet_metrics.redis_client().hgetall(METRICS_KEY))
     except (redis.RedisError, OSError):
         return None
     return parse(raw)
