@@ -405,7 +405,9 @@ class TestWait:
         assert server.gets == 6 * 3
         assert server.prefers == ["wait=30"] * 3
         gaps = [b - a for a, b in zip(server.reads, server.reads[1:], strict=False)]
-        assert len(gaps) == 2 and min(gaps) >= 0.29, gaps
+        # Seen by the server, a gap is the client's pause plus the difference of two requests'
+        # transit times (tens of ms on a busy machine); unpaced rounds would be ms apart.
+        assert len(gaps) == 2 and min(gaps) >= 0.2, gaps
 
     def test_unknown_retrieval_is_lost(self, tmp_path: Path) -> None:
         """A retrieval the API answers null for is written as not found and not read again."""
