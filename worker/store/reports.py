@@ -44,15 +44,19 @@ def _next_report_id(dialect: str) -> sa.Insert:
     return stmt.returning(COUNTER.c.last_report_id)
 
 
-def ensure_report(session: Session, workspace_id: uuid.UUID, evidence_id: uuid.UUID) -> int:
+def ensure_report(
+    session: Session, workspace_id: uuid.UUID, evidence_id: uuid.UUID, *, new_item: bool = False
+) -> int:
     """The evidence item's report id, numbering it next in its workspace the first time.
 
     Callers hold the item's row lock (`evidence_store.record` upserts it first), so two
-    writers of one item never both number it.
+    writers of one item never both number it. `new_item`: the item was created in this
+    transaction, so it has none yet (no need to look).
     """
-    existing = session.execute(_REPORT_OF, {"b_evidence_id": evidence_id}).scalar_one_or_none()
-    if existing is not None:
-        return int(existing)
+    if not new_item:
+        existing = session.execute(_REPORT_OF, {"b_evidence_id": evidence_id}).scalar_one_or_none()
+        if existing is not None:
+            return int(existing)
     dialect = db.dialect(session)
     report_id = int(
         session.execute(_next_report_id(dialect), {"b_workspace_id": workspace_id}).scalar_one()

@@ -538,7 +538,7 @@ def claim_next_batch(session: Session, now: datetime, lease: timedelta) -> Claim
     if not order:
         return None
     postgres = db.dialect(session) == db.POSTGRESQL
-    if postgres:
+    if postgres and len(order) > 1:  # with one workspace, there is nothing to spread over
         locked = session.execute(_LOCK_SCHEDULE, {"b_ids": order}).scalar_one_or_none()
         if locked is not None:
             order = [locked, *(w for w in order if w != locked)]
