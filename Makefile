@@ -67,4 +67,9 @@ bench-fairness: install  ## Fairness: an agent's single retrievals during anothe
 	./deploy/ensure-services.sh --postgres
 	$(PY) -m bench.fairness $(FAIRNESS_ARGS)
 
-.PHONY: help install run demo test test-faults lint format migrate bench bench-fairness
+REVALIDATION_ARGS ?= --pages 1000
+bench-revalidation: install  ## Re-retrieving unchanged pages (304s) against a first pass: CPU and bytes
+	./deploy/ensure-services.sh --postgres
+	$(PY) -m bench.revalidation $(REVALIDATION_ARGS)
+
+.PHONY: help install run demo test test-faults lint format migrate bench bench-fairness bench-revalidation

@@ -13,6 +13,7 @@ from typing import Annotated
 import structlog
 import typer
 
+from api import webhook_cli
 from worker.settings import flower_logins, get_settings
 
 app = typer.Typer(help="Evidence retrieval service.", no_args_is_help=True, add_completion=False)
@@ -22,6 +23,7 @@ quotas_app = typer.Typer(
     help="Per-workspace quotas (defaults: EVIDENCE_QUOTA_*).", no_args_is_help=True
 )
 app.add_typer(quotas_app, name="quotas")
+app.add_typer(webhook_cli.app, name="webhooks")
 
 
 def _configure_logging() -> None:
@@ -96,9 +98,10 @@ def worker(
     queues: Annotated[
         str | None,
         typer.Option(
-            help="Queues to consume (default: retrievals,retrievals-batch,sweep): retrievals "
-            "is the interactive lane, retrievals-batch the batch lane. Whatever the order "
-            "given, a worker takes sweep, then interactive, then batch messages.",
+            help="Queues to consume (default: retrievals,retrievals-batch,webhooks,sweep): "
+            "retrievals is the interactive lane, retrievals-batch the batch lane, webhooks the "
+            "signed deliveries. Whatever the order given, a worker takes sweep, then "
+            "interactive, then webhook, then batch messages.",
             show_default=False,
         ),
     ] = None,
@@ -355,6 +358,14 @@ def enqueue(
         float | None,
         typer.Option(help="With --wait, stop waiting after this many seconds; count unsettled."),
     ] = None,
+    max_age: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Reuse window in seconds (Cache-Control: max-age): a source fetched or "
+            "confirmed this recently completes from its stored revision, without a fetch.",
+        ),
+    ] = None,
 ) -> None:
     """Submit a batch of URLs; re-running the same file resumes without duplicates."""
     from api.batch.enqueue import EnqueueOptions, run_enqueue
@@ -375,6 +386,7 @@ def enqueue(
         batch=batch,
         poll_interval=poll_interval,
         timeout=timeout,
+        max_age=max_age,
     )
     raise typer.Exit(run_enqueue(options))
 

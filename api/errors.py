@@ -5,7 +5,7 @@ Every failure leaves the API through here, so no stack trace, SQL or secret reac
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from worker.settings import get_settings
 
@@ -130,12 +131,37 @@ async def _on_api_error(_: Request, exc: ApiError) -> JSONResponse:
     return error_response(exc)
 
 
-async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+def _routes(routes: Sequence[Any]) -> Iterator[Any]:
+    """Every route, those of included routers too (FastAPI wraps each included router)."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _routes(inner.routes)
+        else:
+            yield route
+
+
+def _allowed_methods(request: Request) -> set[str]:
+    """Every method some route serves at the request's path."""
+    methods: set[str] = set()
+    for route in _routes(request.app.router.routes):
+        match, _ = route.matches(request.scope)
+        if match is Match.PARTIAL:
+            methods |= set(getattr(route, "methods", None) or ())
+    return methods
+
+
+async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     if exc.status_code == 404:
         return error_response(not_found())
     if exc.status_code == 405:
-        # Starlette puts the path's methods in `Allow`, which RFC 9110 requires on a 405.
-        return error_response(ApiError(405, "invalid_input", "method not allowed"), exc.headers)
+        # RFC 9110 requires `Allow` on a 405. Starlette names the methods of the first route
+        # that matched the path only; a path served by several routes lists them all.
+        headers = dict(exc.headers or {})
+        allowed = _allowed_methods(request)
+        if allowed:
+            headers["Allow"] = ", ".join(sorted(allowed))
+        return error_response(ApiError(405, "invalid_input", "method not allowed"), headers)
     return error_response(ApiError(exc.status_code, "invalid_input", str(exc.detail)), exc.headers)
 
 

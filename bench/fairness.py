@@ -47,9 +47,11 @@ TARGET_RATIO = 3.0
 TARGET_WORST_SECONDS = 15.0
 
 
-def default_worker_concurrency() -> int:
-    """`evidence worker`'s default: EVIDENCE_WORKER_CONCURRENCY, else 2 × cores."""
-    return int(os.environ.get("EVIDENCE_WORKER_CONCURRENCY") or 2 * (os.cpu_count() or 1))
+def default_worker_in_flight() -> int:
+    """`evidence worker`'s default: retrievals in flight in its one threads-pool process."""
+    from worker.settings import get_settings
+
+    return get_settings().worker_in_flight
 
 
 def seconds_between(created: str, settled: str) -> float:
@@ -156,6 +158,31 @@ def batch_figures(stack: Stack, workspace: str) -> dict[str, Any]:
     }
 
 
+def slowest(stack: Stack, ids: list[str], count: int = 5) -> list[dict[str, Any]]:
+    """B's slowest retrievals under load: seconds to settle, attempts, lane, outcome."""
+    import psycopg
+
+    url = stack.database_url.replace("postgresql+psycopg://", "postgresql://")
+    conn = wait_for(lambda: _try(psycopg.connect, url), timeout=300, interval=2.0)
+    with conn:
+        rows = conn.execute(
+            "SELECT attempt, lane, created_at, settled_at, result FROM retrieval"
+            " WHERE id = ANY(%s) AND settled_at IS NOT NULL",
+            (ids,),
+        ).fetchall()
+    out = [
+        {
+            "seconds": round((settled - created).total_seconds(), 2),
+            "attempt": attempt,
+            "lane": lane,
+            "status": (result or {}).get("status"),
+            "reason": (result or {}).get("reason"),
+        }
+        for attempt, lane, created, settled, result in rows
+    ]
+    return sorted(out, key=lambda row: -float(row["seconds"]))[:count]
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="bench-fairness-"))
@@ -165,13 +192,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     site = Site(tmp, pages, args.hosts, 0.0, extra)
     urls = site.urls.read_text().split()
     a_urls, b_urls = urls[: args.batch], urls[args.batch :]
-    concurrency = args.concurrency or default_worker_concurrency()
-    stack = Stack(tmp, site.info, concurrency).start()
+    stack = Stack(tmp, site.info, args.concurrency).start()
+    concurrency = args.concurrency or default_worker_in_flight()
     try:
         a, b, warm = (str(uuid.uuid4()) for _ in range(3))
         key = stack.cli("keys", "create", "--workspace", a, "--workspace", b, "--workspace", warm)
         key = key.strip().splitlines()[-1]
-        console.print(f"worker processes {concurrency}; warming robots.txt of {args.hosts} hosts")
+        console.print(f"worker in flight {concurrency}; warming robots.txt of {args.hosts} hosts")
         warmer = Agent(stack.api_url, key, warm, b_urls[-args.hosts :])
         warmer.submit_every(0.0, args.hosts)
         warmer.settled(warmer.ids)
@@ -201,18 +228,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         loaded = figures(agent.settled(loaded_ids))
         console.print(f"B under load: {loaded}; A's enqueue took {a_wall:.1f} s")
         batch = batch_figures(stack, a)
+        b_slowest = slowest(stack, loaded_ids)
         load_after = os.getloadavg()
     finally:
         stack.stop()
         site.stop()
-    shutil.rmtree(tmp, ignore_errors=True)  # kept when the run failed: its logs say why
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)  # kept when the run failed: its logs say why
+    else:
+        console.print(f"logs kept in {tmp}")
     ratio = loaded["median"] / idle["median"]
     return {
-        "worker_processes": concurrency,
+        "worker_in_flight": concurrency,
         "cores": os.cpu_count(),
         "latency_ms": {"median": args.median_ms, "p90": args.p90_ms, "cap": args.cap_ms},
         "b_idle": idle,
         "b_under_load": loaded,
+        "b_slowest_under_load": b_slowest,
         "b_ratio": round(ratio, 2),
         "b_post_p50_ms": round(1000 * statistics.median(agent.post_seconds), 1),
         "a_batch": batch,
@@ -256,8 +288,12 @@ def main() -> None:
     parser.add_argument("--median-ms", type=float, default=500.0)
     parser.add_argument("--p90-ms", type=float, default=1800.0)
     parser.add_argument("--cap-ms", type=float, default=10000.0)
+    parser.add_argument("--keep", action="store_true", help="keep the run's folder and logs")
     parser.add_argument(
-        "--concurrency", type=int, default=None, help="worker processes (default: the default)"
+        "--concurrency",
+        type=int,
+        default=None,
+        help="retrievals in flight (default: the worker's default)",
     )
     result = run(parser.parse_args())
     show(result)

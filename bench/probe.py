@@ -67,6 +67,7 @@ def _install(**_: Any) -> None:
     from worker.store import db
 
     fetcher.Fetcher.fetch = timed("fetch", fetcher.Fetcher.fetch)  # type: ignore[method-assign]
+    fetcher.Fetcher.revalidate = timed("fetch", fetcher.Fetcher.revalidate)  # type: ignore[method-assign]
     politeness.SharedState.call = timed("redis", politeness.SharedState.call)  # type: ignore[method-assign]
     pipeline.extract_html = timed("extract", pipeline.extract_html)
     pipeline.parse_captions = timed("extract", pipeline.parse_captions)

@@ -7,7 +7,8 @@ An asyncio (uvloop when installed) HTTP/1.1 server: every response is rendered o
 of milliseconds, or `mix`, ordinary web latency: lognormal with median 500 ms, p90 1.8 s, p99
 5.1 s, capped at 10 s, drawn once per path (so every contender waits the same for each page).
 With `--latency-median-ms`, `--latency-p90-ms` and `--latency-cap-ms` each response is delayed
-by its own draw from that lognormal distribution instead (capped).
+by its own draw from that lognormal distribution instead (capped). With `--validators` every
+page carries a strong ETag and a matching If-None-Match is answered 304 Not Modified.
 
 Run: python -m bench.site --pages N --hosts K --latency-ms M|mix --ready FILE
 It writes {"port", "ca", "hosts"} to FILE once listening; GET /__stats answers counters.
@@ -41,6 +42,9 @@ class Response:
 
     plain: bytes
     gzipped: bytes | None
+    #: With `--validators`: the body's ETag and the 304 that answers it.
+    etag: str | None = None
+    not_modified: bytes | None = None
 
 
 @dataclass
@@ -60,24 +64,33 @@ def _head(status: str, content_type: str, length: int, extra: str = "") -> bytes
     ).encode()
 
 
-def build(body: bytes, content_type: str, status: str = "200 OK") -> Response:
+def build(
+    body: bytes, content_type: str, status: str = "200 OK", *, validators: bool = False
+) -> Response:
     """Render a response once, with a gzip variant for bodies worth compressing."""
-    plain = _head(status, content_type, len(body)) + body
+    etag = f'"{hashlib.sha256(body).hexdigest()[:20]}"' if validators else None
+    tag = f"ETag: {etag}\r\n" if etag else ""
+    plain = _head(status, content_type, len(body), tag) + body
+    not_modified = (
+        f"HTTP/1.1 304 Not Modified\r\nServer: bench-site\r\n{tag}\r\n".encode() if etag else None
+    )
     if len(body) < 1024:
-        return Response(plain, None)
+        return Response(plain, None, etag, not_modified)
     packed = gzip.compress(body, 6, mtime=0)
-    extra = "Content-Encoding: gzip\r\n"
-    return Response(plain, _head(status, content_type, len(packed), extra) + packed)
+    extra = f"Content-Encoding: gzip\r\n{tag}"
+    gzipped = _head(status, content_type, len(packed), extra) + packed
+    return Response(plain, gzipped, etag, not_modified)
 
 
-def routes(pages: int, seed: int) -> dict[str, Response]:
+def routes(pages: int, seed: int, validators: bool = False) -> dict[str, Response]:
     """Every path the site serves."""
     table = {"/robots.txt": build(ROBOTS_TXT, "text/plain")}
     for index in range(pages):
         page = render(index, seed)
-        table[page.path] = build(page.body, HTML)
+        table[page.path] = build(page.body, HTML, validators=validators)
         if page.caption_path:
-            table[page.caption_path] = build(captions(index, seed), "text/vtt; charset=utf-8")
+            vtt = "text/vtt; charset=utf-8"
+            table[page.caption_path] = build(captions(index, seed), vtt, validators=validators)
     return table
 
 
@@ -159,7 +172,9 @@ class Site:
                 delay = self.delay(path)
                 if delay:
                     await asyncio.sleep(delay)
-                data = self.respond(path, headers.get("accept-encoding", ""))
+                data = self.respond(
+                    path, headers.get("accept-encoding", ""), headers.get("if-none-match")
+                )
                 writer.write(data)
                 self.stats.bytes_out += len(data)
                 await writer.drain()
@@ -170,13 +185,15 @@ class Site:
         finally:
             writer.close()
 
-    def respond(self, path: str, accept_encoding: str) -> bytes:
-        """The response bytes for `path`."""
+    def respond(self, path: str, accept_encoding: str, if_none_match: str | None = None) -> bytes:
+        """The response bytes for `path` (a 304 when `if_none_match` is its ETag)."""
         if path == "/__stats":
             body = json.dumps(self.stats.__dict__ | {"paths": len(self.stats.paths)}).encode()
             return build(body, "application/json").plain
         self.stats.paths[path] = self.stats.paths.get(path, 0) + 1
         response = self.table.get(path, self.missing)
+        if response.not_modified is not None and if_none_match == response.etag:
+            return response.not_modified
         if response.gzipped is not None and "gzip" in accept_encoding:
             return response.gzipped
         return response.plain
@@ -201,7 +218,7 @@ async def serve(args: argparse.Namespace) -> None:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     cert.configure_cert(context)
     delay = site_delay(args)
-    site = Site(routes(args.pages, args.seed), delay)
+    site = Site(routes(args.pages, args.seed, args.validators), delay)
     port = args.port or _free_port()
     server = await asyncio.start_server(
         site.handle, host=names, port=port, ssl=context, backlog=1024, reuse_address=True
@@ -225,6 +242,7 @@ def main() -> None:
     parser.add_argument("--latency-cap-ms", type=float, default=10000.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--validators", action="store_true", help="ETags; 304 when they match")
     parser.add_argument("--ready", required=True, help="file to write {port, ca, hosts} to")
     args = parser.parse_args()
     try:

@@ -38,6 +38,13 @@ TEST_ENV = {
     "EVIDENCE_MAX_ATTEMPTS": "2",
     "EVIDENCE_LOG_JSON": "true",
     "EVIDENCE_LOG_LEVEL": "INFO",
+    "EVIDENCE_WEBHOOK_RETRY_BASE_SECONDS": "0.5",
+    "EVIDENCE_WEBHOOK_RETRY_CAP_SECONDS": "1",
+    "EVIDENCE_WEBHOOK_RETRY_WINDOW_SECONDS": "60",
+    "EVIDENCE_WEBHOOK_CONNECT_TIMEOUT_SECONDS": "1",
+    "EVIDENCE_WEBHOOK_READ_TIMEOUT_SECONDS": "1.5",
+    "EVIDENCE_WEBHOOK_TOTAL_TIMEOUT_SECONDS": "2",
+    "EVIDENCE_WEBHOOK_DISABLE_AFTER_SECONDS": "8",
 }
 
 
@@ -56,6 +63,8 @@ class Env:
     site: TLSSite
     #: A second origin (its own robots.txt), and an allowed port where nothing listens.
     robots_site: TLSSite
+    #: Webhook receivers (POST routes), restartable on the same port.
+    receiver: TLSSite
     closed_port: int
     tmp: Path
 
@@ -87,6 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
     ENV.site = TLSSite().start()
     ENV.robots_site = TLSSite(ca=ENV.site.ca).start()
     ENV.robots_site.page("/robots.txt", ROBOTS_TXT, "text/plain")
+    ENV.receiver = TLSSite(ca=ENV.site.ca).start()
     ENV.closed_port = free_port()
     ca_path = ENV.site.write_ca(ENV.tmp / "ca.pem")
     os.environ.update(TEST_ENV)
@@ -97,7 +107,8 @@ def pytest_configure(config: pytest.Config) -> None:
             "EVIDENCE_EGRESS_ALLOW_CIDRS": "127.0.0.1/32",
             "EVIDENCE_CA_BUNDLE": str(ca_path),
             "EVIDENCE_FETCH_ALLOWED_PORTS": ",".join(
-                str(p) for p in (ENV.site.port, ENV.robots_site.port, ENV.closed_port)
+                str(p)
+                for p in (ENV.site.port, ENV.robots_site.port, ENV.receiver.port, ENV.closed_port)
             ),
         }
     )
@@ -111,6 +122,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         return
     ENV.site.stop()
     ENV.robots_site.stop()
+    ENV.receiver.stop()
     ENV.redis.stop()
     from worker.store import db
 
@@ -150,7 +162,7 @@ class Services:
             [
                 "worker",
                 "--queues",
-                "retrievals,retrievals-batch",
+                "retrievals,retrievals-batch,webhooks",
                 "--concurrency",
                 "2",
                 "--hostname",

@@ -110,6 +110,24 @@ class Settings(BaseSettings):
     #: client looping over the single route is a batch, and must not crowd out other agents.
     interactive_open_limit: int = Field(default=20, ge=0)
 
+    # Webhooks (docs/webhooks.md).
+    #: First retry delay; each further one doubles, up to the cap, with jitter.
+    webhook_retry_base_seconds: float = Field(default=10.0, gt=0)
+    webhook_retry_cap_seconds: float = Field(default=3_600.0, gt=0)
+    #: How long a delivery is retried before it is marked failed.
+    webhook_retry_window_seconds: float = Field(default=86_400.0, gt=0)
+    #: An endpoint whose deliveries have failed for this long is disabled (default: the window).
+    webhook_disable_after_seconds: float | None = Field(default=None, gt=0)
+    #: How long the previous signing secret keeps signing after a rotation.
+    webhook_secret_grace_seconds: float = Field(default=86_400.0, ge=0)
+    webhook_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    webhook_read_timeout_seconds: float = Field(default=10.0, gt=0)
+    webhook_total_timeout_seconds: float = Field(default=15.0, gt=0)
+    #: Deliveries of one endpoint in flight at once, fleet-wide (a slow one holds no more).
+    webhook_endpoint_concurrency: int = Field(default=2, ge=1, le=100)
+    #: Endpoints a workspace may register.
+    webhook_max_endpoints: int = Field(default=20, ge=1)
+
     # MCP server (`evidence mcp`).
     #: How long a retrieve tool call waits for its retrieval to settle before answering.
     mcp_wait_seconds: float = Field(default=20.0, ge=0, le=300)
@@ -154,6 +172,16 @@ class Settings(BaseSettings):
     def lease_seconds(self) -> float:
         """How long a claim holds: no task can outlive its hard limit, so past this it is lost."""
         return self.hard_time_limit + self.lease_grace_seconds
+
+    @property
+    def webhook_disable_after(self) -> float:
+        """Seconds of continuous failure after which an endpoint is disabled."""
+        return self.webhook_disable_after_seconds or self.webhook_retry_window_seconds
+
+    @property
+    def webhook_lease_seconds(self) -> float:
+        """How long a delivery claim holds: past the send's total bound, with the grace."""
+        return self.webhook_total_timeout_seconds + 5 + self.lease_grace_seconds
 
     @property
     def extract_process_count(self) -> int:

@@ -93,6 +93,8 @@ class EnqueueOptions:
     timeout: float | None = None  # give up waiting after this many seconds; count unsettled
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     console: Console | None = None
+    #: Reuse window sent as `Cache-Control: max-age=N` with every batch (None: not sent).
+    max_age: int | None = None
 
 
 def validate_options(options: EnqueueOptions) -> str | None:
@@ -103,6 +105,8 @@ def validate_options(options: EnqueueOptions) -> str | None:
         return "no API key: pass --key or set EVIDENCE_API_KEY"
     if not options.api.startswith(("http://", "https://")):
         return f"--api must be an http(s) URL, got {options.api!r}"
+    if options.max_age is not None and options.max_age < 0:
+        return "--max-age must be 0 or more seconds"
     if options.concurrency < 1:
         return "--concurrency must be at least 1"
     if not 1 <= options.chunk_size <= MAX_CHUNK:
@@ -257,6 +261,12 @@ class Batch:
         )
         self.refresh()
 
+    @property
+    def batch_headers(self) -> dict[str, str]:
+        """The batch POST's own headers: the reuse window, if one was asked for."""
+        max_age = self.options.max_age
+        return {} if max_age is None else {"Cache-Control": f"max-age={max_age}"}
+
     async def post(self, chunk: list[Item]) -> tuple[str, dict[str, Any]]:
         """POST one chunk, retrying transient failures: (outcome, answer or error).
 
@@ -270,7 +280,9 @@ class Batch:
             retry_after = None
             try:
                 payload = {"items": [item.body for item in chunk]}
-                response = await self.client.post(BATCH_PATH, json=payload)
+                response = await self.client.post(
+                    BATCH_PATH, json=payload, headers=self.batch_headers
+                )
             except httpx.TransportError as exc:
                 error = {"code": "transport_error", "message": f"{type(exc).__name__}: {exc}"}
             else:

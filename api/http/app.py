@@ -12,7 +12,7 @@ from api import errors
 from api.http import metrics, openapi
 from api.http.body_limit import BodyLimit
 from api.http.middleware import RequestMetrics
-from api.http.routes import briefs, chunks, evidence, health, images, retrievals
+from api.http.routes import briefs, chunks, evidence, health, images, retrievals, webhooks
 from api.services import image_fetch, waiters
 from api.services import retrievals as retrieval_service
 
@@ -73,6 +73,7 @@ def create_app() -> FastAPI:
     app.include_router(chunks.router)
     app.include_router(images.router)
     app.include_router(briefs.router)
+    app.include_router(webhooks.router)
     app.include_router(metrics.router)
     return app
 

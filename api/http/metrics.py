@@ -40,8 +40,10 @@ from prometheus_client.core import (
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from api.http.webhook_metrics import WebhookCollector
 from worker import clock
 from worker.fetch import fleet_metrics as fetch_metrics
+from worker.fetch import freshness_metrics
 from worker.jobs import outbox
 from worker.jobs.celery_app import LANE_QUEUES
 from worker.states import RetrievalState as S
@@ -132,6 +134,9 @@ class StateCollector(Collector):
         up.add_metric(["redis"], float(stats is not None))
         if stats is not None:
             yield from _fetch_families(stats)
+        freshness = freshness_metrics.read()
+        if freshness is not None:
+            yield _freshness_family(freshness)
         yield up
 
 
@@ -254,8 +259,23 @@ def _fetch_families(stats: fetch_metrics.FetchStats) -> Iterator[Metric]:
         yield family
 
 
+def _freshness_family(counts: dict[tuple[str, str], int]) -> Metric:
+    family = CounterMetricFamily(
+        "evidence_freshness_outcomes",
+        "Settled retrievals with content, by how their evidence stayed fresh: revalidated (every "
+        "URL answered 304), reused (within the client's max-age, no fetch), new_revision (a "
+        "full fetch, new content), unchanged (a full fetch, content already stored); by kind.",
+        labels=["outcome", "kind"],
+    )
+    for (outcome, kind), count in sorted(counts.items()):
+        family.add_metric([outcome, kind], float(count))
+    return family
+
+
 STATE = StateCollector()
 REGISTRY.register(STATE)
+WEBHOOKS = WebhookCollector(CACHE_SECONDS)
+REGISTRY.register(WEBHOOKS)
 router = APIRouter(include_in_schema=False)
 
 
@@ -266,6 +286,7 @@ def scrape_registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     _multiprocess_collector(registry)
     registry.register(STATE)
+    registry.register(WEBHOOKS)
     return registry
 
 

@@ -242,6 +242,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             *_body_and_answer(ex["brief_archive"]),
             links=links,
         ),
+        **_webhook_operations(),
         ("get", "/healthz"): Operation(
             "healthz",
             None,
@@ -259,6 +260,56 @@ def operations() -> dict[tuple[str, str], Operation]:
             },
             protected=False,
             without=COMMON_ERRORS,
+        ),
+    }
+
+
+def _webhook_links() -> dict[str, Any]:
+    """A created endpoint's id, as the routes on one endpoint take it."""
+    webhook_id = {"webhook_id": "$response.body#/webhook/id"}
+    names = ("getWebhook", "updateWebhook", "rotateWebhookSecret", "listWebhookDeliveries")
+    links = {
+        name[0].upper() + name[1:]: {"operationId": name, "parameters": webhook_id}
+        for name in names
+    }
+    links["DeleteWebhook"] = {"operationId": "deleteWebhook", "parameters": webhook_id}
+    return links
+
+
+def _webhook_operations() -> dict[tuple[str, str], Operation]:
+    """The webhook routes (docs/webhooks.md)."""
+    base = "/research-api/webhooks"
+    one = f"{base}/{{webhook_id}}"
+    webhook = ("WebhookResponse", "The endpoint (never its secret).")
+    with_secret = ("WebhookSecretResponse", "The endpoint, and its signing secret: shown only now.")
+    deliveries = ("WebhookDeliveryListResponse", "The deliveries, newest first.")
+    return {
+        ("post", base): Operation(
+            "createWebhook",
+            "WebhookCreateRequest",
+            {201: with_secret},
+            (409, 413),
+            links=_webhook_links(),
+        ),
+        ("get", base): Operation(
+            "listWebhooks", None, {200: ("WebhookListResponse", "The endpoints.")}
+        ),
+        ("get", one): Operation("getWebhook", None, {200: webhook}, (404,)),
+        ("patch", one): Operation(
+            "updateWebhook", "WebhookUpdateRequest", {200: webhook}, (404, 413)
+        ),
+        ("delete", one): Operation("deleteWebhook", None, {204: ("", "Deleted.")}, (404,)),
+        ("post", f"{one}/rotate-secret"): Operation(
+            "rotateWebhookSecret", None, {200: with_secret}, (404,)
+        ),
+        ("get", f"{one}/deliveries"): Operation(
+            "listWebhookDeliveries", None, {200: deliveries}, (404,)
+        ),
+        ("post", f"{one}/deliveries/{{delivery_id}}/redeliver"): Operation(
+            "redeliverWebhook",
+            None,
+            {202: ("WebhookDeliveryResponse", "Due now; a worker sends it shortly.")},
+            (404, 409),
         ),
     }
 
@@ -301,6 +352,8 @@ def _error_responses() -> dict[str, Any]:
 
 def _success(spec: Operation, status: int) -> dict[str, Any]:
     name, description = spec.answers[status]
+    if not name:
+        return {"description": description}
     media: dict[str, Any] = {"schema": _schema_ref(name)}
     if spec.answer_example is not None and status < 300:
         media["example"] = spec.answer_example

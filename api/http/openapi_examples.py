@@ -63,8 +63,15 @@ def examples() -> dict[str, Any]:
                 "language_source": "publisher_declared",
             },
             "created_at": "2099-01-15T09:00:01.000Z",
+            "last_confirmed_at": "2099-01-16T09:00:01.000Z",
             "revisions": [
-                {"revision": 1, "content_sha256": digest, "created_at": "2099-01-15T09:00:01.000Z"}
+                {
+                    "revision": 1,
+                    "content_sha256": digest,
+                    "created_at": "2099-01-15T09:00:01.000Z",
+                    "first_seen_at": "2099-01-15T09:00:01.000Z",
+                    "last_confirmed_at": "2099-01-16T09:00:01.000Z",
+                }
             ],
         }
     }

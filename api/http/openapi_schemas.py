@@ -13,6 +13,7 @@ from typing import Any
 from api.mcp import read_tools  # noqa: F401  (provides the search contracts' documents)
 from api.mcp.tools import contract_file
 from api.read_schemas import MAX_SAFE_INTEGER
+from api.webhook_schemas import openapi_components
 
 #: The error codes a body may carry (`payload_too_large` and `rate_limited` included).
 ERROR_CODES = [
@@ -55,7 +56,22 @@ def _evidence_schema(retrieval: dict[str, Any]) -> dict[str, Any]:
     result = fields["result"]["anyOf"][0]["properties"]
     instant = fields["created_at"]
     digest = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
-    listed = _object({"revision": REVISION, "content_sha256": digest, "created_at": instant}, [])
+    seen = {**instant, "description": "When this content was first seen (its `created_at`)."}
+    confirmed = {
+        **instant,
+        "description": "When this content was last fetched or confirmed (a 304, an identical "
+        "re-fetch); a reuse within a client's max-age does not move it.",
+    }
+    listed = _object(
+        {
+            "revision": REVISION,
+            "content_sha256": digest,
+            "created_at": instant,
+            "first_seen_at": seen,
+            "last_confirmed_at": confirmed,
+        },
+        [],
+    )
     listed["required"] = list(listed["properties"])
     properties = {
         "evidence_id": UUID,
@@ -72,6 +88,7 @@ def _evidence_schema(retrieval: dict[str, Any]) -> dict[str, Any]:
         "segments": result["segments"],
         "provenance": result["provenance"],
         "created_at": instant,
+        "last_confirmed_at": confirmed,
         "revisions": {"type": "array", "items": listed},
     }
     return _object({"evidence": _object(properties, list(properties))}, ["evidence"])
@@ -234,6 +251,7 @@ def components() -> dict[str, dict[str, Any]]:
         "Health": _object({"status": {"type": "string", "const": "ok"}}, ["status"]),
         "Readiness": _ready_schema(),
         **_batch_schemas(),
+        **openapi_components(),
     }
 
 

@@ -47,7 +47,9 @@ def parse_item(item: Any) -> RetrieveRequest | ApiError:
         return validation_error(exc.errors())
 
 
-def submit_batch(principal: Principal, items: list[Any]) -> list[dict[str, Any]]:
+def submit_batch(
+    principal: Principal, items: list[Any], max_age: int | None = None
+) -> list[dict[str, Any]]:
     """Record a batch of retrievals in the batch lane; one result per item, in order.
 
     Each item is answered as the single route would answer it alone (202 created, 200 already
@@ -80,7 +82,7 @@ def submit_batch(principal: Principal, items: list[Any]) -> list[dict[str, Any]]
             workspace_id: retrievals.create_batch_within_quota(
                 session,
                 workspace_id,
-                [new_retrieval(request) for _, request in wanted[workspace_id]],
+                [new_retrieval(request, max_age) for _, request in wanted[workspace_id]],
                 now,
                 ttl,
                 limits.open_retrievals,

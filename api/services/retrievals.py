@@ -31,7 +31,7 @@ from worker import clock
 from worker.jobs import notify, outbox
 from worker.settings import get_settings
 from worker.states import RetrievalState as S
-from worker.store import db, retrievals
+from worker.store import db, retrievals, sources
 from worker.store import evidence as evidence_store
 from worker.store.models import LANE_INTERACTIVE
 
@@ -53,14 +53,15 @@ BACKLOG_CACHE_SECONDS = 1.0
 WARM_CONNECTIONS = 10
 
 
-def new_retrieval(request: RetrieveRequest) -> retrievals.NewRetrieval:
-    """What a retrieve body asks the store to record."""
+def new_retrieval(request: RetrieveRequest, max_age: int | None = None) -> retrievals.NewRetrieval:
+    """What a retrieve body (and a `Cache-Control: max-age`) asks the store to record."""
     return retrievals.NewRetrieval(
         workspace_id=request.workspace,
         mutation_id=request.mutation,
         url=request.url,
         kind=request.kind,
         language=request.language,
+        max_age_seconds=max_age,
     )
 
 
@@ -81,7 +82,9 @@ class Submitted(NamedTuple):
     lane: str
 
 
-def submit_retrieval(principal: Principal, request: RetrieveRequest) -> Submitted:
+def submit_retrieval(
+    principal: Principal, request: RetrieveRequest, max_age: int | None = None
+) -> Submitted:
     """Record a single retrieval (or find it), publish it if new; its payload, whether it was
     created, and its lane.
 
@@ -94,7 +97,7 @@ def submit_retrieval(principal: Principal, request: RetrieveRequest) -> Submitte
     limits = quotas.limits_for(request.workspace)
     grant = quotas.limiter.take(request.workspace, 1, limits)
     ttl = timedelta(seconds=settings.receipt_ttl_seconds)
-    new = new_retrieval(request)
+    new = new_retrieval(request, max_age)
     try:
         row, created = db.with_transient_retry(
             lambda s: retrievals.create_within_quota(
@@ -207,7 +210,9 @@ def read_evidence(
     row = evidence_store.get_revision(session, evidence_id, revision)
     if row is None:
         raise not_found("no such revision")
-    return evidence_payload(evidence, row, evidence_store.list_revisions(session, evidence_id))
+    revisions = evidence_store.list_revisions(session, evidence_id)
+    confirmed = sources.confirmations(session, evidence_id)
+    return evidence_payload(evidence, row, revisions, confirmed)
 
 
 def poll_delay(state: str, pending: int, rand: Callable[[], float] = random.random) -> int | None:

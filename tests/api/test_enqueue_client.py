@@ -119,6 +119,16 @@ class TestSubmit:
         assert all(o["retrieval"]["state"] == "pending" for o in out)
         assert summary_row(output(opts.console), "created (202)") == 12
 
+    def test_max_age_is_sent_with_every_batch(self, api: FakeApi, tmp_path: Path) -> None:
+        """`--max-age N` sends `Cache-Control: max-age=N` with each batch; none without it."""
+        opts = options(api, write_list(tmp_path, urls(5)), chunk_size=2, max_age=600)
+        assert run_enqueue(opts) == 0
+        assert api.cache_controls == ["max-age=600"] * 3
+        again = options(api, write_list(tmp_path, urls(1, "https://other.example")))
+        assert run_enqueue(again) == 0
+        assert api.cache_controls[-1] == ""
+        assert enqueue.validate_options(options(api, tmp_path / "urls.txt", max_age=-1))
+
     def test_csv_overrides_reach_the_server(self, api: FakeApi, tmp_path: Path) -> None:
         """Per-row kind and language from a CSV are what the server records."""
         path = tmp_path / "in.csv"

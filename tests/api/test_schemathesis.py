@@ -44,6 +44,13 @@ include-path = ["/research-api/briefs/create", "/research-api/briefs/revise"]
 checks.positive_data_acceptance.expected-statuses = [
     "2xx", "400", "401", "403", "404", "409", "429"
 ]
+
+# A webhook URL must also be public HTTPS on an allowed port with a valid public host name, which
+# no JSON Schema can say: a schema-valid `https://` is a 400 naming `url`. A workspace holds at
+# most EVIDENCE_WEBHOOK_MAX_ENDPOINTS endpoints (409 beyond).
+[[operations]]
+include-path-regex = "^/research-api/webhooks"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409"]
 """
 
 

@@ -53,7 +53,7 @@ def busy_worker(services: Services, env: Env, origins: list[TLSSite]) -> Iterato
     original = services.worker
     original.stop()
     services.worker = Process(
-        ["worker", "--queues", "retrievals", "--concurrency", str(IN_FLIGHT)]
+        ["worker", "--queues", "retrievals,retrievals-batch", "--concurrency", str(IN_FLIGHT)]
         + ["--hostname", f"busy-{uuid.uuid4().hex[:6]}@%h"],
         env.tmp / "busy-worker.log",
         env=extra,

@@ -72,6 +72,8 @@ class FakeApi:
     gets: int = 0
     reads: list[float] = field(default_factory=list)
     prefers: list[str] = field(default_factory=list)
+    #: The Cache-Control header of each batch submit ("" when absent).
+    cache_controls: list[str] = field(default_factory=list)
     batches: list[int] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -120,6 +122,7 @@ class FakeApi:
             return await reply(send, 401, error("not_entitled", "unknown key"))
         path, method = scope["path"], scope["method"]
         if method == "POST" and path == BATCH:
+            self.cache_controls.append(headers.get("cache-control", ""))
             return await self._batch(send, key, json.loads(body or b"{}"))
         if method == "POST" and path == BATCH_GET:
             return await self._batch_get(send, key, json.loads(body or b"{}"), headers)

@@ -6,6 +6,8 @@ trickle, a decompression bomb or a hostile redirect with the same server.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import ssl
 import threading
 import time
@@ -65,6 +67,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     do_GET = _dispatch
     do_HEAD = _dispatch
+    do_POST = _dispatch
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         """Stay quiet: tests read outcomes, not access logs."""
@@ -76,6 +79,7 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128
     site: TLSSite
     context: ssl.SSLContext
+    open_sockets: set[ssl.SSLSocket]
 
     def finish_request(self, request, client_address):  # type: ignore[no-untyped-def]
         """Do the TLS handshake in the request's own thread, so one slow client blocks nobody."""
@@ -86,10 +90,18 @@ class _Server(ThreadingHTTPServer):
             return
         # The wrapped socket took over the descriptor (the original is detached, so the
         # server's own shutdown_request closes nothing): close the TLS socket here.
+        self.open_sockets.add(tls)
         try:
             super().finish_request(tls, client_address)
         finally:
+            self.open_sockets.discard(tls)
             self.shutdown_request(tls)
+
+    def close_open_sockets(self) -> None:
+        """End kept-alive connections too: a stopped site must refuse its clients' next request."""
+        for sock in list(self.open_sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 class TLSSite:
@@ -100,8 +112,11 @@ class TLSSite:
         host: str = "127.0.0.1",
         names: tuple[str, ...] = ("127.0.0.1", "localhost", "site.test"),
         ca: trustme.CA | None = None,
+        port: int = 0,
     ) -> None:
         self.host = host
+        #: The port to bind (0: any free one); a restarted site binds the port it had.
+        self._port = port
         self.ca = ca or trustme.CA()
         self.cert = self.ca.issue_cert(*names)
         self.routes: dict[str, Page | Handler] = {}
@@ -149,8 +164,10 @@ class TLSSite:
 
     # Lifecycle.
     def start(self) -> TLSSite:
-        server = _Server((self.host, 0), _RequestHandler)
+        server = _Server((self.host, self._port), _RequestHandler)
+        self._port = int(server.server_address[1])
         server.site = self
+        server.open_sockets = set()
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.cert.configure_cert(context)
         server.context = context
@@ -163,6 +180,7 @@ class TLSSite:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+            self._server.close_open_sockets()
             self._server = None
 
     def __enter__(self) -> TLSSite:

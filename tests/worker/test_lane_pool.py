@@ -7,12 +7,18 @@ from typing import Any
 
 import pytest
 
-from worker.jobs.celery_app import RETRIEVE_NEXT_TASK, RETRIEVE_TASK, SWEEP_TASK
+from worker.jobs.celery_app import (
+    DELIVER_WEBHOOK_TASK,
+    RETRIEVE_NEXT_TASK,
+    RETRIEVE_TASK,
+    SWEEP_TASK,
+)
 from worker.jobs.lane_pool import LaneThreadPool, RankedExecutor, rank_of
 
 
 def test_rank_of_each_task() -> None:
     assert rank_of(SWEEP_TASK) < rank_of(RETRIEVE_TASK) < rank_of(RETRIEVE_NEXT_TASK)
+    assert rank_of(RETRIEVE_TASK) < rank_of(DELIVER_WEBHOOK_TASK) < rank_of(RETRIEVE_NEXT_TASK)
     assert rank_of("celery.ping") == rank_of(SWEEP_TASK)  # control work never waits
     assert rank_of(None) == rank_of(SWEEP_TASK)
 

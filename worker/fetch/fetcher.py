@@ -9,7 +9,7 @@ connection goes through `egress.GuardedBackend`, and errors are translated once,
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from urllib.parse import urljoin
 
@@ -31,7 +31,7 @@ from worker.fetch.guard import MAX_REDIRECTS, REDIRECT_STATUSES, ParsedTarget, V
 from worker.fetch.media import ALLOWED_MIME_TYPES, media_type, parse_content_type
 from worker.fetch.politeness import Politeness, SharedState
 from worker.fetch.robots import ROBOTS_MAX_BYTES, RobotsAnswer, RobotsPolicy
-from worker.fetch.types import FetchedResponse, FetchFailure
+from worker.fetch.types import FetchedResponse, FetchFailure, NotModified
 from worker.reasons import Reason
 from worker.settings import Settings
 
@@ -48,6 +48,8 @@ KEEPALIVE_EXPIRY_SECONDS = 30.0
 
 #: How long past the fetch deadline a politeness slot outlives its holder, in seconds.
 SLOT_LEASE_MARGIN_SECONDS = 1.0
+#: Not Modified: the answer to a conditional GET whose validators still match.
+NOT_MODIFIED = 304
 
 ACCEPT = (
     "text/html,application/xhtml+xml;q=0.9,text/vtt;q=0.9,application/x-subrip;q=0.9,"
@@ -129,6 +131,30 @@ class Fetcher:
         ):
             return self._finish(target, response)
 
+    def revalidate(self, url: str, headers: Mapping[str, str]) -> FetchedResponse | NotModified:
+        """GET `url` with conditional `headers` (If-None-Match, If-Modified-Since), within
+        every bound `fetch` applies: a 304's final URL and headers, or the full response.
+
+        Whether a 304 may stand for a stored revision is the caller's decision
+        (`worker.fetch.conditional.accept_not_modified`).
+        """
+        trail = Trail()
+        with (
+            deadline_scope(self.settings.fetch_total_timeout_seconds),
+            map_fetch_errors(trail),
+            self._follow(url, trail, robots=self.settings.robots_txt, headers=headers) as (
+                target,
+                response,
+            ),
+        ):
+            if response.status_code == NOT_MODIFIED:
+                # A 304 has no body (h11 enforces it); reading its end lets the connection
+                # go back to the pool instead of being closed with an unfinished response.
+                self._read_body(response, REDIRECT_DRAIN_BYTES)
+                lowered = {k.lower(): v for k, v in response.headers.multi_items()}
+                return NotModified(url=target.url, headers=lowered)
+            return self._finish(target, response)
+
     def fetch_media(
         self, url: str, max_bytes: int, total_seconds: float | None = None
     ) -> FetchedResponse:
@@ -176,9 +202,12 @@ class Fetcher:
 
     @contextmanager
     def _follow(
-        self, url: str, trail: Trail, *, robots: bool
+        self, url: str, trail: Trail, *, robots: bool, headers: Mapping[str, str] | None = None
     ) -> Iterator[tuple[ParsedTarget, httpx.Response]]:
-        """Follow up to MAX_REDIRECTS redirects, each hop guarded; yield the final response."""
+        """Follow up to MAX_REDIRECTS redirects, each hop guarded; yield the final response.
+
+        `headers` (conditional ones) go with every hop.
+        """
         seen: set[str] = set()
         for _hop in range(MAX_REDIRECTS + 1):
             target = self._guard(url)
@@ -191,7 +220,7 @@ class Fetcher:
             wait = max(0.0, remaining_seconds() or 0.0)
             with (
                 self.politeness.slot(target.origin, wait),
-                self.client.stream("GET", target.url) as response,
+                self.client.stream("GET", target.url, headers=headers) as response,
             ):
                 trail.responded_url = target.url
                 location = response.headers.get("location")

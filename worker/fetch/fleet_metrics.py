@@ -36,7 +36,7 @@ _client: tuple[int, redis.Redis] | None = None
 _quiet_until = 0.0
 
 
-def _redis() -> redis.Redis:
+def redis_client() -> redis.Redis:
     """This process's client (a forked child makes its own)."""
     global _client
     if _client is None or _client[0] != os.getpid():
@@ -62,7 +62,7 @@ def record_fetch(outcome: str, seconds: float, nbytes: int) -> None:
     if time.monotonic() < _quiet_until:
         return
     try:
-        pipe = _redis().pipeline(transaction=False)
+        pipe = redis_client().pipeline(transaction=False)
         for name, value in (("duration", seconds), ("bytes", float(nbytes))):
             index = bucket_index(HISTOGRAMS[name], value)
             pipe.hincrby(METRICS_KEY, f"{name}|{outcome}|b{index}", 1)
@@ -141,6 +141,8 @@ def read_stats() -> FetchStats | None:
     """The fleet's fetch histograms, or None when Redis cannot be read now."""
     try:
         # redis-py types its commands for the sync and async clients at once; this one is sync.
-        return parse_stats(cast("dict[bytes | str, bytes | str]", _redis().hgetall(METRICS_KEY)))
+        return parse_stats(
+            cast("dict[bytes | str, bytes | str]", redis_client().hgetall(METRICS_KEY))
+        )
     except (redis.RedisError, OSError):
         return None

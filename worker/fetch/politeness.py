@@ -20,6 +20,7 @@ import redis
 import structlog
 
 from worker.fetch.types import FetchFailure
+from worker.ranked_gate import RankedGate
 from worker.reasons import Reason
 
 log = structlog.get_logger(__name__)
@@ -88,23 +89,25 @@ class LocalGate:
     """This process's share of the per-host limit: its fetches of one host queue here.
 
     A worker keeps hundreds of retrievals in flight; without this, every one waiting for a busy
-    host would poll Redis 20 times a second. Waiting on a semaphore costs nothing, and only the
+    host would poll Redis 20 times a second. Waiting at a gate costs nothing, and only the
     fetches that hold one of the process's `limit` permits for a host ask Redis for a slot.
-    Semaphores exist only while someone holds or waits for them.
+    The gate admits interactive work first (`worker.ranked_gate`): an agent's single fetch of a
+    host that a batch keeps busy takes the next permit. Gates exist only while someone holds
+    or waits for them.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._lock = threading.Lock()
-        self._gates: dict[str, tuple[threading.Semaphore, int]] = {}
+        self._gates: dict[str, tuple[RankedGate, int]] = {}
 
     @contextmanager
     def hold(self, origin: str, wait_seconds: float) -> Iterator[bool]:
         """Yield whether one of `origin`'s permits was had within `wait_seconds`."""
         with self._lock:
-            gate, users = self._gates.get(origin) or (threading.Semaphore(self.limit), 0)
+            gate, users = self._gates.get(origin) or (RankedGate(self.limit), 0)
             self._gates[origin] = (gate, users + 1)
-        acquired = gate.acquire(timeout=max(0.0, wait_seconds))
+        acquired = gate.acquire(max(0.0, wait_seconds))
         try:
             yield acquired
         finally:

@@ -24,6 +24,15 @@ class FetchedResponse:
     charset: str | None = None
 
 
+@dataclass(frozen=True)
+class NotModified:
+    """A 304 to a conditional GET: the final URL after redirects, and the response headers."""
+
+    url: str
+    #: Lower-cased header names to values (a 304 may carry updated validators).
+    headers: dict[str, str]
+
+
 @dataclass
 class FetchFailure(Exception):
     """Raised when a fetch ends without a usable response; `reason` is the contract's."""

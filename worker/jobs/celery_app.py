@@ -22,20 +22,24 @@ RETRIEVE_TASK = "evidence.retrieve"
 #: The batch lane's message: "run the next batch retrieval" (the claim picks which; no args).
 RETRIEVE_NEXT_TASK = "evidence.retrieve_next"
 SWEEP_TASK = "evidence.sweep"
+DELIVER_WEBHOOK_TASK = "evidence.webhook.deliver"
+WEBHOOK_SWEEP_TASK = "evidence.webhook.sweep"
 #: The interactive lane keeps the historical queue name, so a worker started with
 #: `--queues retrievals` and messages published before the upgrade still meet.
 INTERACTIVE_QUEUE = "retrievals"
 BATCH_QUEUE = "retrievals-batch"
 RETRIEVE_QUEUE = INTERACTIVE_QUEUE
 SWEEP_QUEUE = "sweep"
+WEBHOOK_QUEUE = "webhooks"
 #: Queue of each lane (`worker.store.models.LANES`).
 LANE_QUEUES = {"interactive": INTERACTIVE_QUEUE, "batch": BATCH_QUEUE}
 #: The order a worker takes messages in when several of its queues hold some: the sweep (rare
-#: and cheap, and it must not starve behind a backlog), then interactive, then batch.
-QUEUE_PRIORITY = (SWEEP_QUEUE, INTERACTIVE_QUEUE, BATCH_QUEUE)
+#: and cheap, and it must not starve behind a backlog), then interactive, then webhooks (short,
+#: bounded sends), then batch.
+QUEUE_PRIORITY = (SWEEP_QUEUE, INTERACTIVE_QUEUE, WEBHOOK_QUEUE, BATCH_QUEUE)
 #: What `evidence worker` consumes by default, and the retrieval workers of the Procfile.
 RETRIEVAL_QUEUES = f"{INTERACTIVE_QUEUE},{BATCH_QUEUE}"
-WORKER_QUEUES = f"{RETRIEVAL_QUEUES},{SWEEP_QUEUE}"
+WORKER_QUEUES = f"{RETRIEVAL_QUEUES},{WEBHOOK_QUEUE},{SWEEP_QUEUE}"
 #: Redis re-delivers an unacked message after this; every task ends long before it.
 VISIBILITY_TIMEOUT_SECONDS = 3600
 #: How long a publish may wait on the broker before the outbox leaves the row to the sweep.
@@ -62,7 +66,11 @@ class LaneOrder(round_robin_cycle):  # type: ignore[misc]  # kombu ships no type
 def make_celery() -> Celery:
     """Build the app from the current settings."""
     settings = get_settings()
-    app = Celery("evidence", broker=settings.broker_url, include=["worker.jobs.tasks"])
+    app = Celery(
+        "evidence",
+        broker=settings.broker_url,
+        include=["worker.jobs.tasks", "worker.jobs.webhook_tasks"],
+    )
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -92,6 +100,8 @@ def make_celery() -> Celery:
             RETRIEVE_TASK: {"queue": INTERACTIVE_QUEUE},
             RETRIEVE_NEXT_TASK: {"queue": BATCH_QUEUE},
             SWEEP_TASK: {"queue": SWEEP_QUEUE},
+            DELIVER_WEBHOOK_TASK: {"queue": WEBHOOK_QUEUE},
+            WEBHOOK_SWEEP_TASK: {"queue": SWEEP_QUEUE},
         },
         task_serializer="json",
         accept_content=["json"],
@@ -106,7 +116,12 @@ def make_celery() -> Celery:
                 "schedule": settings.sweep_interval_seconds,
                 # A sweep nobody ran in time is worthless: never let them pile up.
                 "options": {"expires": max(settings.sweep_interval_seconds * 2, 2.0)},
-            }
+            },
+            "webhook-sweep": {
+                "task": WEBHOOK_SWEEP_TASK,
+                "schedule": settings.sweep_interval_seconds,
+                "options": {"expires": max(settings.sweep_interval_seconds * 2, 2.0)},
+            },
         },
     )
     return app

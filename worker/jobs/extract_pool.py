@@ -16,6 +16,7 @@ import contextlib
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -23,6 +24,8 @@ from typing import Any
 
 import structlog
 from pebble import ProcessExpired, ProcessPool
+
+from worker.ranked_gate import RankedGate
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +60,9 @@ class ExtractPool:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         self.processes = processes
+        # Steps handed to pebble at once: one running and one ready per process, so a process
+        # never idles between steps; the rest wait at the gate, in lane order.
+        self._gate = RankedGate(2 * processes)
         self._pool = ProcessPool(
             max_workers=processes,
             initializer=_start_process,
@@ -64,24 +70,40 @@ class ExtractPool:
             context=context,
         )
 
-    def run(self, fn: Callable[..., Any], args: tuple[Any, ...], budget: float, wait: float) -> Any:
+    def run(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        budget: float,
+        wait: float,
+    ) -> Any:
         """`fn(*args)` in an extraction process, killed after `budget` seconds of running.
 
         `wait` bounds the whole call, the time queued for a free process included: past it
         the step is cancelled (a running one has its process killed) and the call gives up.
+        Steps queue by the thread's rank (`worker.ranked_gate`: the interactive lane before the
+        batch lane), then in arrival order.
         """
-        future = self._pool.schedule(fn, args=args, timeout=budget)
+        started = time.monotonic()
+        if not self._gate.acquire(wait):
+            raise ExtractionTimeout(f"no extraction process came free within {wait:.1f} s")
         try:
-            return future.result(timeout=wait)
-        except FutureTimeout as exc:
-            # Pebble raises its own TimeoutError once it killed a step that ran past `budget`;
-            # ours fires when `wait` ran out first: cancelling stops the step either way.
-            future.cancel()  # type: ignore[no-untyped-call]  # pebble's future is untyped
-            raise ExtractionTimeout(f"extraction exceeded its bound ({budget:.1f} s)") from exc
-        except CancelledError as exc:
-            raise ExtractionTimeout("extraction cancelled") from exc
-        except ProcessExpired as exc:
-            raise ExtractionCrashed(f"extraction process died (exit code {exc.exitcode})") from exc
+            left = wait - (time.monotonic() - started)
+            future = self._pool.schedule(fn, args=args, timeout=budget)
+            try:
+                return future.result(timeout=max(left, 0.0))
+            except FutureTimeout as exc:
+                # Pebble raises its own TimeoutError once it killed a step that ran past
+                # `budget`; ours fires when `wait` ran out first: cancelling stops it either way.
+                future.cancel()  # type: ignore[no-untyped-call]  # pebble's future is untyped
+                raise ExtractionTimeout(f"extraction exceeded its bound ({budget:.1f} s)") from exc
+            except CancelledError as exc:
+                raise ExtractionTimeout("extraction cancelled") from exc
+            except ProcessExpired as exc:
+                code = exc.exitcode
+                raise ExtractionCrashed(f"extraction process died (exit code {code})") from exc
+        finally:
+            self._gate.release()
 
     def warm(self, timeout: float = 120.0) -> None:
         """Start every process and wait until each has run a step (the fork server's start and

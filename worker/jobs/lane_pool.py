@@ -5,9 +5,9 @@ MULTIPLIER`), so a thread that frees finds its next message at hand. Celery's ow
 them to a `ThreadPoolExecutor`, whose queue is first in, first out: a single retrieval that
 arrives while batch tokens wait in the process would start after all of them, and with hundreds
 of threads that is seconds. Here the waiting messages are ranked as the broker ranks its queues
-(`celery_app.QUEUE_PRIORITY`: sweep, interactive, batch) and taken best rank first, in arrival
-order within a rank. Batch tokens are interchangeable (the claim picks which retrieval runs),
-so letting a single overtake them takes nothing from any workspace.
+(`celery_app.QUEUE_PRIORITY`: sweep, interactive, webhooks, batch) and taken best rank first, in
+arrival order within a rank. Batch tokens are interchangeable (the claim picks which retrieval
+runs), so letting a single overtake them takes nothing from any workspace.
 """
 
 from __future__ import annotations
@@ -24,10 +24,16 @@ from celery.concurrency.base import apply_target
 from celery.concurrency.thread import ApplyResult
 from celery.concurrency.thread import TaskPool as ThreadsTaskPool
 
-from worker.jobs.celery_app import RETRIEVE_NEXT_TASK, RETRIEVE_TASK, SWEEP_TASK
+from worker.jobs.celery_app import (
+    DELIVER_WEBHOOK_TASK,
+    RETRIEVE_NEXT_TASK,
+    RETRIEVE_TASK,
+    SWEEP_TASK,
+)
 
-#: Rank of each task's messages (lower runs first); any other task ranks with the sweep.
-TASK_RANK = {SWEEP_TASK: 0, RETRIEVE_TASK: 1, RETRIEVE_NEXT_TASK: 2}
+#: Rank of each task's messages (lower runs first); any other task (the webhook sweep) ranks
+#: with the sweep. Webhook deliveries (short, bounded sends) come after interactive retrievals.
+TASK_RANK = {SWEEP_TASK: 0, RETRIEVE_TASK: 1, DELIVER_WEBHOOK_TASK: 2, RETRIEVE_NEXT_TASK: 3}
 #: Rank of the stop marker: after every message already waiting, as a FIFO executor's shutdown.
 STOP_RANK = len(TASK_RANK) + 1
 

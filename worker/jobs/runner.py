@@ -11,20 +11,21 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from celery.exceptions import SoftTimeLimitExceeded
 
-from worker import clock
+from worker import clock, ranked_gate
 from worker.content.results import failure_result
 from worker.fetch.egress import deadline_scope
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
-from worker.jobs import extract_pool, notify, replay
+from worker.jobs import extract_pool, freshness, notify, replay
 from worker.jobs.outcomes import Delivery, task_outcome
+from worker.ranked_gate import ranked
 from worker.reasons import Reason
 from worker.settings import get_settings
 from worker.states import RetrievalState as S
 from worker.store import db, retrievals
 
 if TYPE_CHECKING:
-    from worker.content.pipeline import PipelineOutput
+    from worker.content.pipeline import FetcherLike, PipelineOutput
 
 log = structlog.get_logger(__name__)
 
@@ -59,19 +60,20 @@ def close_fetcher() -> None:
         fetcher.close()
 
 
-def produce_output(claim: retrievals.Claim) -> PipelineOutput:
+def produce_output(claim: retrievals.Claim, fetcher: FetcherLike | None = None) -> PipelineOutput:
     """Fetch and extract: the content step, with the page's images. Never raises for a source.
 
     In a threads-pool worker the fetches run here and the extraction in the process pool
     (`produce_split`); in a prefork child both run here, bounded by Celery's soft time limit.
+    `fetcher` is the one `worker.jobs.freshness` prepared (it records validators).
     """
     from worker.content.pipeline import PipelineOutput, run_pipeline
 
     pool = extract_pool.get()
+    fetcher = fetcher or MeteredFetcher(get_fetcher())
     try:
         if pool is not None:
-            return produce_split(claim, pool)
-        fetcher = MeteredFetcher(get_fetcher())
+            return produce_split(claim, pool, fetcher)
         return run_pipeline(fetcher, claim.url, claim.kind, claim.language)  # type: ignore[arg-type]
     except SoftTimeLimitExceeded:
         log.warning("soft_time_limit")
@@ -86,7 +88,9 @@ def produce_output(claim: retrievals.Claim) -> PipelineOutput:
         )
 
 
-def produce_split(claim: retrievals.Claim, pool: extract_pool.ExtractPool) -> PipelineOutput:
+def produce_split(
+    claim: retrievals.Claim, pool: extract_pool.ExtractPool, fetcher: FetcherLike
+) -> PipelineOutput:
     """Fetch in this thread, extract in `pool`, all within the retrieval's own time bound.
 
     Threads cannot be interrupted the way Celery's soft time limit interrupts a prefork child,
@@ -109,7 +113,6 @@ def produce_split(claim: retrievals.Claim, pool: extract_pool.ExtractPool) -> Pi
 
     try:
         with deadline_scope(bound):
-            fetcher = MeteredFetcher(get_fetcher())
             return replay.drive(claim.url, claim.kind, claim.language, fetcher, extract)  # type: ignore[no-any-return]
     except extract_pool.ExtractionTimeout as exc:
         return _timed_out(claim, str(exc))
@@ -143,7 +146,10 @@ def run_next_batch() -> dict[str, Any] | None:
     None when there was nothing to claim (another token ran the retrieval this one stood for).
     """
     lease = timedelta(seconds=get_settings().lease_seconds)
-    claim = db.with_transient_retry(lambda s: retrievals.claim_next_batch(s, clock.now(), lease))
+    with ranked(ranked_gate.BATCH):  # its turn for a connection comes after interactive work's
+        claim = db.with_transient_retry(
+            lambda s: retrievals.claim_next_batch(s, clock.now(), lease)
+        )
     if claim is None:
         log.info("claim_skipped", lane="batch")
         return None
@@ -152,12 +158,25 @@ def run_next_batch() -> dict[str, Any] | None:
 
 
 def run_claim(claim: retrievals.Claim) -> dict[str, Any]:
-    """Fetch, extract and settle a claimed retrieval; announce it once settled."""
+    """Fetch, extract and settle a claimed retrieval; announce it once settled.
+
+    What it queues for in this process (a host's fetch slot, an extraction process, a database
+    connection) an interactive retrieval gets before the batch lane's work.
+    """
+    with ranked(ranked_gate.BATCH if claim.lane == "batch" else ranked_gate.INTERACTIVE):
+        return _run_claim(claim)
+
+
+def _run_claim(claim: retrievals.Claim) -> dict[str, Any]:
     structlog.contextvars.bind_contextvars(workspace_id=str(claim.workspace_id))
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
-    output = produce_output(claim)
+    plan = freshness.prepare(claim, get_fetcher(), MeteredFetcher(get_fetcher()))
+    output = plan.output or produce_output(claim, plan.fetcher)
     result = output.result
-    settled = retrievals.settle_claim(claim, result, clock.now(), output.images)
+    now = clock.now()
+    remember = freshness.remember(claim, plan, result, now)
+    settled = retrievals.settle_claim(claim, result, now, output.images, remember)
+    freshness.settled(claim, plan, settled)
     # A fenced settle may have expired it; a cancel or a newer attempt announce themselves.
     notify.settled([claim.retrieval_id])
     log.info(

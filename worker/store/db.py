@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,8 +16,10 @@ from sqlalchemy import event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
+from worker.ranked_gate import RankedGate
 from worker.settings import get_settings
 
 T = TypeVar("T")
@@ -135,8 +138,42 @@ def read_session() -> Session:
     return _session_factory(True)()
 
 
+#: Threads-pool workers: transactions run at once, admitted in lane order (`queue_for_connections`).
+_turns: RankedGate | None = None
+_holding = threading.local()
+
+
+@contextmanager
+def _turn() -> Iterator[None]:
+    """Wait for this thread's turn to use a connection, interactive work first.
+
+    Hundreds of retrievals in flight share a pool of `EVIDENCE_DB_POOL_SIZE` connections (plus
+    as many in bursts). SQLAlchemy's pool serves its waiters in no particular order, so under
+    load an agent's claim or settle waited behind every batch retrieval's (seconds, measured).
+    The gate admits `EVIDENCE_DB_POOL_SIZE` transactions at once, by rank; the pool's overflow
+    stays for everything else. A transaction inside another's turn runs in it.
+    """
+    gate = _turns
+    if gate is None or getattr(_holding, "turn", False):
+        yield
+        return
+    if not gate.acquire(WORKER_POOL_TIMEOUT_SECONDS):
+        raise PoolTimeout(f"no database connection within {WORKER_POOL_TIMEOUT_SECONDS:.0f} s")
+    _holding.turn = True
+    try:
+        yield
+    finally:
+        _holding.turn = False
+        gate.release()
+
+
 def with_transient_retry(fn: Callable[[Session], T], attempts: int = TRANSIENT_ATTEMPTS) -> T:
     """Run `fn` in its own transaction, retrying a few times on a lock or a dropped connection."""
+    with _turn():
+        return _with_transient_retry(fn, attempts)
+
+
+def _with_transient_retry(fn: Callable[[Session], T], attempts: int) -> T:
     delay = 0.05
     for attempt in range(1, attempts + 1):
         try:
@@ -170,8 +207,9 @@ def skip_pre_ping() -> None:
 
 def queue_for_connections() -> None:
     """Let this process's threads wait their turn for a connection (threads-pool workers)."""
-    global _pool_timeout
+    global _pool_timeout, _turns
     _pool_timeout = WORKER_POOL_TIMEOUT_SECONDS
+    _turns = RankedGate(get_settings().db_pool_size)
     dispose_engine()
 
 

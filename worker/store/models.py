@@ -88,6 +88,8 @@ class Retrieval(SQLModel, table=True):
     result: dict[str, Any] | None = Field(default=None, sa_column=sa.Column(sa.JSON))
     evidence_id: uuid.UUID | None = Field(default=None, sa_column=sa.Column(sa.Uuid))
     evidence_revision: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
+    #: The client's reuse window (`Cache-Control: max-age=N`), in seconds; None when not sent.
+    max_age_seconds: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
 
 
 class Evidence(SQLModel, table=True):
@@ -128,6 +130,36 @@ class EvidenceRevision(SQLModel, table=True):
     segments: list[dict[str, Any]] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
     provenance: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
     created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    #: When its content was last fetched or confirmed (a 304, an identical re-fetch); None: not
+    #: since `created_at`.
+    confirmed_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+
+
+class EvidenceSource(SQLModel, table=True):
+    """A requested URL and what it last led to: the revision, validators, result's status.
+
+    Keyed by what a retrieval asks for (the evidence item's identity needs the final URL, known
+    only after a fetch), so a retrieval can revalidate before it fetches (`worker.freshness`).
+    """
+
+    __tablename__ = "evidence_source"
+
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, primary_key=True))
+    kind: str = Field(sa_column=sa.Column(sa.String(32), primary_key=True))
+    #: The requested URL, normalised as evidence URLs are.
+    url_key: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    #: Requested language, lower-cased; "" when none.
+    language: str = Field(sa_column=sa.Column(sa.String(35), primary_key=True, server_default=""))
+    evidence_id: uuid.UUID = Field(
+        sa_column=sa.Column(sa.Uuid, sa.ForeignKey("evidence.id"), nullable=False)
+    )
+    revision: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    #: Every URL the pipeline fetched, in order: {"url", "final_url", "etag", "last_modified"}.
+    validators: list[dict[str, Any]] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    #: The result's {"status", "reason", "warnings"} (content alone does not say them).
+    outcome: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    #: When the row was last written (a full fetch, or a 304 with fresher validators).
+    fetched_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
 
 
 class BatchSchedule(SQLModel, table=True):
@@ -149,3 +181,66 @@ class WorkspaceQuota(SQLModel, table=True):
     write_rate: float | None = Field(default=None, sa_column=sa.Column(sa.Float))
     write_burst: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
     updated_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+
+
+class WebhookEndpoint(SQLModel, table=True):
+    """A workspace's webhook receiver: where settled retrievals are announced, and how signed."""
+
+    __tablename__ = "webhook_endpoint"
+    __table_args__ = (sa.Index("ix_webhook_endpoint_workspace", "workspace_id"),)
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    url: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    #: Subscribed event types, space-separated (` retrieval.settled `: padded for LIKE).
+    events: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    description: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    enabled: bool = Field(sa_column=sa.Column(sa.Boolean, nullable=False))
+    #: Why the service disabled it (NULL when enabled, or disabled by its owner).
+    disabled_reason: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    #: The signing secret (`whsec_…`): the service must know it to sign, so it is stored as is
+    #: (docs/webhooks.md); it is answered only at create and rotate.
+    secret: str = Field(sa_column=sa.Column(sa.String(80), nullable=False))
+    previous_secret: str | None = Field(default=None, sa_column=sa.Column(sa.String(80)))
+    previous_secret_until: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    #: Since when every attempt failed (NULL after a success): disables it past a bound.
+    failing_since: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    updated_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """One event for one endpoint: the outbox row, its attempts and its outcome."""
+
+    __tablename__ = "webhook_delivery"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "endpoint_id", "retrieval_id", "event_type", name="uq_webhook_delivery_event"
+        ),
+        sa.Index("ix_webhook_delivery_due", "state", "next_attempt_at"),
+        sa.Index("ix_webhook_delivery_endpoint", "endpoint_id", "created_at"),
+    )
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    endpoint_id: uuid.UUID = Field(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("webhook_endpoint.id", ondelete="CASCADE"), nullable=False
+        )
+    )
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    retrieval_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    event_type: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
+    #: `pending` (to send, or sending under a lease), `delivered` or `failed`.
+    state: str = Field(sa_column=sa.Column(sa.String(16), nullable=False))
+    #: Attempts claimed so far: the fencing token of the outcome's UPDATE.
+    attempts: int = Field(sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"))
+    lease_until: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    next_attempt_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    #: Past this, a failed attempt marks the delivery failed (a redelivery moves it).
+    retry_until: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    published_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    last_attempt_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    delivered_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    last_status: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
+    last_error: str | None = Field(default=None, sa_column=sa.Column(sa.Text))

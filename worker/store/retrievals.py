@@ -8,7 +8,7 @@ freely: the database lets exactly one of them win.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from worker.content.results import Result, cancelled_result, has_content
 from worker.states import RetrievalState as S
 from worker.states import sources_of
-from worker.store import db, evidence
+from worker.store import db, evidence, webhooks
 from worker.store.models import (
     BATCH_PENDING_SQL,
     LANE_BATCH,
@@ -96,6 +96,8 @@ class NewRetrieval:
     url: str
     kind: str
     language: str | None
+    #: Reuse window (`Cache-Control: max-age=N`): not part of what the mutation identifies.
+    max_age_seconds: int | None = None
 
     @property
     def language_key(self) -> str:
@@ -113,6 +115,8 @@ class Claim:
     kind: str
     language: str | None
     workspace_id: uuid.UUID
+    #: The lane it was claimed from (`models.LANES`): what its work queues behind.
+    lane: str = "interactive"
 
 
 #: Columns a new retrieval is inserted with (`_row_values`).
@@ -129,6 +133,7 @@ _NEW_COLUMNS = (
     "published_at",
     "created_at",
     "valid_until",
+    "max_age_seconds",
 )
 
 
@@ -196,6 +201,7 @@ def _row_values(request: NewRetrieval, now: datetime, ttl: timedelta, lane: str)
         "published_at": now,
         "created_at": now,
         "valid_until": now + ttl,
+        "max_age_seconds": request.max_age_seconds,
     }
 
 
@@ -565,7 +571,9 @@ def claim_next_batch(session: Session, now: datetime, lease: timedelta) -> Claim
             continue
         if not postgres:
             session.execute(_SERVED, {"b_workspace": workspace_id, "b_now": now})
-        return Claim(row.id, row.attempt, row.url, row.kind, row.language or None, workspace_id)
+        return Claim(
+            row.id, row.attempt, row.url, row.kind, row.language or None, workspace_id, "batch"
+        )
     return None
 
 
@@ -579,8 +587,10 @@ def settle(
     result: Result,
     now: datetime,
     images: Sequence[ImageRef] = (),
-) -> None:
+) -> tuple[uuid.UUID | None, int | None]:
     """Record the outcome of `claim` in `session`'s transaction; raise `Fenced` if it lost.
+
+    Returns the evidence (item id, revision) the outcome names, (None, None) without content.
 
     The evidence revision (if the result has content) is written first, then one UPDATE sets
     the outcome and the revision it names, matching only the attempt that claimed and only
@@ -606,18 +616,35 @@ def settle(
     )
     if not rowcount(won):
         raise Fenced(str(claim.retrieval_id))
+    webhooks.record_settled(session, [claim.retrieval_id], now)
+    return evidence_id, revision
+
+
+#: Work done in the settle's own transaction once it won: (session, evidence id, revision).
+AfterSettle = Callable[[Session, uuid.UUID | None, int | None], None]
 
 
 def settle_claim(
-    claim: Claim, result: Result, now: datetime, images: Sequence[ImageRef] = ()
+    claim: Claim,
+    result: Result,
+    now: datetime,
+    images: Sequence[ImageRef] = (),
+    then: AfterSettle | None = None,
 ) -> bool:
     """Settle `claim` in its own transaction; False when it was fenced off.
 
     A fenced settle writes nothing; if the retrieval is past `valid_until` it is expired instead
-    (too late is too late: past valid_until a retrieval is expired, not completed).
+    (too late is too late: past valid_until a retrieval is expired, not completed). `then`
+    runs in the same transaction after a settle that won (`worker.jobs.freshness`).
     """
+
+    def write(session: Session) -> None:
+        evidence_id, revision = settle(session, claim, result, now, images)
+        if then is not None:
+            then(session, evidence_id, revision)
+
     try:
-        db.with_transient_retry(lambda s: settle(s, claim, result, now, images))
+        db.with_transient_retry(write)
     except Fenced:
         db.with_transient_retry(lambda s: expire_due(s, now, claim.retrieval_id))
         return False
@@ -640,7 +667,10 @@ def cancel(session: Session, row: Retrieval, now: datetime) -> Retrieval | None:
         )
         .returning(*RETRIEVAL.columns)
     ).one_or_none()
-    return None if cancelled is None else Retrieval(**cancelled._mapping)
+    if cancelled is None:
+        return None
+    webhooks.record_settled(session, [row.id], now)
+    return Retrieval(**cancelled._mapping)
 
 
 def expire_due(
@@ -654,7 +684,9 @@ def expire_due(
     if retrieval_id is not None:
         stmt = stmt.where(RETRIEVAL.c.id == retrieval_id)
     values = stmt.values(state=S.EXPIRED.value, settled_at=now, lease_until=None)
-    return list(session.execute(values.returning(RETRIEVAL.c.id)).scalars())
+    expired = list(session.execute(values.returning(RETRIEVAL.c.id)).scalars())
+    webhooks.record_settled(session, expired, now)
+    return expired
 
 
 def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int, list[uuid.UUID]]:
@@ -675,7 +707,9 @@ def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int
         .values(state=S.UNCONFIRMED.value, settled_at=now, lease_until=None)
         .returning(RETRIEVAL.c.id)
     ).scalars()
-    return rowcount(retried), list(gave_up)
+    unconfirmed = list(gave_up)
+    webhooks.record_settled(session, unconfirmed, now)
+    return rowcount(retried), unconfirmed
 
 
 def due_for_publish(

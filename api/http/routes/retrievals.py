@@ -19,6 +19,7 @@ from api.schemas import (
     UuidParam,
 )
 from api.services import batch, retrievals, waiters
+from api.services.cache_control import parse_max_age
 from api.services.payloads import RetrievalDoc, RetrievalPayload
 from worker.states import OPEN_STATES
 
@@ -44,6 +45,15 @@ PreferHeader = Annotated[
         "retrieval settles, or as it stands after N seconds.",
     ),
 ]
+CacheControlHeader = Annotated[
+    list[str] | None,
+    Header(
+        description="RFC 9111. `max-age=N` (seconds): a reuse window. If the source's latest "
+        "evidence revision was fetched or confirmed at most N seconds before a worker takes "
+        "the retrieval up, it completes from that revision without a fetch. Other directives "
+        "are ignored.",
+    ),
+]
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 429, 503)
 }
@@ -63,9 +73,12 @@ def _applied(response: JSONResponse, wait: int | None) -> JSONResponse:
 
 
 @router.post("/retrieve", status_code=202, response_class=JSONResponse)
-def retrieve(body: RetrieveRequest, principal: PrincipalDep) -> JSONResponse:
+def retrieve(
+    body: RetrieveRequest, principal: PrincipalDep, cache_control: CacheControlHeader = None
+) -> JSONResponse:
     """Record a retrieval (202), or return the one this mutation_id already made (200)."""
-    payload, created, lane = retrievals.submit_retrieval(principal, body)
+    max_age = parse_max_age(cache_control)
+    payload, created, lane = retrievals.submit_retrieval(principal, body, max_age)
     return _answer(payload, 202 if created else 200, retrievals.retry_after(payload, lane))
 
 
@@ -74,7 +87,9 @@ def retrieve(body: RetrieveRequest, principal: PrincipalDep) -> JSONResponse:
     response_class=JSONResponse,
     responses={200: {"model": BatchRetrieveResponse}, **ERRORS},
 )
-def retrieve_batch(body: BatchRetrieveRequest, principal: PrincipalDep) -> JSONResponse:
+def retrieve_batch(
+    body: BatchRetrieveRequest, principal: PrincipalDep, cache_control: CacheControlHeader = None
+) -> JSONResponse:
     """Record up to 1 000 retrievals at once (batch lane); one result per item, in order.
 
     Each item is answered as `POST /retrieve` would answer it alone: `{"status": 202|200,
@@ -82,7 +97,7 @@ def retrieve_batch(body: BatchRetrieveRequest, principal: PrincipalDep) -> JSONR
     whenever its envelope is valid; with items refused for a quota it carries the longest of
     their `Retry-After`s.
     """
-    results = batch.submit_batch(principal, body.items)
+    results = batch.submit_batch(principal, body.items, parse_max_age(cache_control))
     waits = [r["error"]["details"]["retry_after_seconds"] for r in results if r["status"] == 429]
     headers = {"Retry-After": str(max(waits))} if waits else None
     return JSONResponse({"results": results}, headers=headers)

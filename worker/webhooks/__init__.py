@@ -1,0 +1,1 @@
+"""Signed webhooks: signing (Standard Webhooks), the guarded sender, retry policy, metrics."""
