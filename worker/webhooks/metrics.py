@@ -59,7 +59,9 @@ def parse(raw: dict[bytes | str, bytes | str]) -> dict[str, fleet_metrics.Histog
 def read() -> dict[str, fleet_metrics.Histogram] | None:
     """Every outcome's histogram, or None when Redis cannot be read now."""
     try:
-        raw = cast("dict[bytes | str, bytes | str]", fleet_metrics.redis_client().hgetall(METRICS_KEY))
+        raw = cast(
+            "dict[bytes | str, bytes | str]", fleet_metrics.redis_client().hgetall(METRICS_KEY)
+        )
     except (redis.RedisError, OSError):
         return None
     return parse(raw)
