@@ -11,6 +11,7 @@ httpcore passes the URL's host to `start_tls`. Streams also obey a per-fetch tot
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -21,6 +22,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import brotli
+import certifi
 import httpcore
 import httpx
 
@@ -286,3 +288,45 @@ def make_decoder(content_encoding: str | None) -> BodyDecoder:
         raise ValueError(f"stacked content-encodings are not supported: {content_encoding!r}")
     coding = codings[0] if codings else "identity"
     return BodyDecoder({"x-gzip": "gzip"}.get(coding, coding))
+
+
+def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
+    """A verifying TLS context (public roots, plus `ca_bundle` if given); never unverified."""
+    context = ssl.create_default_context(cafile=certifi.where())
+    if ca_bundle:
+        context.load_verify_locations(cafile=ca_bundle)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def guarded_client(
+    backend: httpcore.NetworkBackend,
+    *,
+    ca_bundle: str | None,
+    read_timeout: float,
+    connect_timeout: float,
+    headers: dict[str, str],
+    max_keepalive: int,
+    keepalive_expiry: float,
+    max_connections: int | None = None,
+) -> httpx.Client:
+    """The one way the service talks to the outside world: an HTTP/1.1 client that dials only
+    through `backend` (a `GuardedBackend`: checked addresses), verifies TLS, follows no
+    redirect by itself (the caller checks each hop) and ignores the environment's proxies and
+    certificates. No cap on connections unless given: what calls it bounds them."""
+    pool = httpcore.ConnectionPool(
+        ssl_context=tls_context(ca_bundle),
+        max_connections=max_connections,
+        max_keepalive_connections=max_keepalive,
+        keepalive_expiry=keepalive_expiry,
+        http1=True,
+        http2=False,
+        network_backend=backend,
+    )
+    return httpx.Client(
+        transport=GuardedTransport(pool),
+        timeout=httpx.Timeout(read_timeout, connect=connect_timeout, pool=connect_timeout),
+        headers=headers,
+        follow_redirects=False,
+        trust_env=False,
+    )

@@ -8,21 +8,19 @@ connection goes through `egress.GuardedBackend`, and errors are translated once,
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from urllib.parse import urljoin
 
-import certifi
 import httpcore
 import httpx
 
 from worker.fetch import errors
 from worker.fetch.egress import (
     GuardedBackend,
-    GuardedTransport,
     Resolver,
     deadline_scope,
+    guarded_client,
     make_decoder,
     remaining_seconds,
 )
@@ -58,15 +56,6 @@ ACCEPT = (
 ACCEPT_ENCODING = "gzip, deflate, br"
 
 
-def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
-    """A verifying TLS context (public roots, plus `ca_bundle` if given); never unverified."""
-    context = ssl.create_default_context(cafile=certifi.where())
-    if ca_bundle:
-        context.load_verify_locations(cafile=ca_bundle)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
-
-
 class Fetcher:
     """One per worker process: a pooled, guarded HTTPS client with all fetch bounds."""
 
@@ -82,32 +71,20 @@ class Fetcher:
         self.backend = GuardedBackend(
             settings.egress_allow_cidrs, settings.fetch_allowed_ports, resolver, dialer
         )
-        ca = str(settings.ca_bundle) if settings.ca_bundle else None
-        pool = httpcore.ConnectionPool(
-            ssl_context=tls_context(ca),
-            # No cap of its own (httpcore's default is 10): the retrievals in flight and the
-            # per-host politeness limit bound the connections.
-            max_connections=None,
-            max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
-            keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
-            http1=True,
-            http2=False,
-            network_backend=self.backend,
-        )
-        self.client = httpx.Client(
-            transport=GuardedTransport(pool),
-            timeout=httpx.Timeout(
-                settings.fetch_read_timeout_seconds,
-                connect=settings.fetch_connect_timeout_seconds,
-                pool=settings.fetch_connect_timeout_seconds,
-            ),
+        # No cap of its own on connections (httpcore's default is 10): the retrievals in flight
+        # and the per-host politeness limit bound them.
+        self.client = guarded_client(
+            self.backend,
+            ca_bundle=str(settings.ca_bundle) if settings.ca_bundle else None,
+            read_timeout=settings.fetch_read_timeout_seconds,
+            connect_timeout=settings.fetch_connect_timeout_seconds,
             headers={
                 "User-Agent": settings.user_agent,
                 "Accept": ACCEPT,
                 "Accept-Encoding": ACCEPT_ENCODING,
             },
-            follow_redirects=False,
-            trust_env=False,
+            max_keepalive=MAX_KEEPALIVE_CONNECTIONS,
+            keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
         )
         # Politeness passed in belongs to the caller; the Redis client made here is closed here.
         self._own_state: SharedState | None = None

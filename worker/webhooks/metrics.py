@@ -59,9 +59,7 @@ def parse(raw: dict[bytes | str, bytes | str]) -> dict[str, fleet_metrics.Histog
 def read() -> dict[str, fleet_metrics.Histogram] | None:
     """Every outcome's histogram, or None when Redis cannot be read now."""
     try:
-        raw = cast(
-            "dict[bytes | str, bytes | str]", fleet_metrics.redis_client().hgetall(METRICS_KEY)
-        )
+        raw = fleet_metrics.redis_client().hgetall(METRICS_KEY)
     except (redis.RedisError, OSError):
         return None
-    return parse(raw)
+    return parse(cast("dict[bytes | str, bytes | str]", raw))

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import httpcore
 import httpx
 
-from worker.fetch.egress import GuardedBackend, GuardedTransport, deadline_scope
+from worker.fetch.egress import GuardedBackend, deadline_scope, guarded_client
 from worker.fetch.errors import Trail, map_fetch_errors
-from worker.fetch.fetcher import tls_context
 from worker.fetch.guard import REDIRECT_STATUSES, Verdict, guard_url
 from worker.fetch.types import FetchFailure
 from worker.settings import Settings
@@ -51,25 +50,14 @@ class Sender:
         self.backend = backend or GuardedBackend(
             settings.egress_allow_cidrs, settings.fetch_allowed_ports
         )
-        ca = str(settings.ca_bundle) if settings.ca_bundle else None
-        pool = httpcore.ConnectionPool(
-            ssl_context=tls_context(ca),
-            max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
-            keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
-            http1=True,
-            http2=False,
-            network_backend=self.backend,
-        )
-        self.client = httpx.Client(
-            transport=GuardedTransport(pool),
-            timeout=httpx.Timeout(
-                settings.webhook_read_timeout_seconds,
-                connect=settings.webhook_connect_timeout_seconds,
-                pool=settings.webhook_connect_timeout_seconds,
-            ),
+        self.client = guarded_client(
+            self.backend,
+            ca_bundle=str(settings.ca_bundle) if settings.ca_bundle else None,
+            read_timeout=settings.webhook_read_timeout_seconds,
+            connect_timeout=settings.webhook_connect_timeout_seconds,
             headers={"User-Agent": settings.user_agent, "Content-Type": "application/json"},
-            follow_redirects=False,
-            trust_env=False,
+            max_keepalive=MAX_KEEPALIVE_CONNECTIONS,
+            keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
         )
 
     def send(self, url: str, body: bytes, headers: dict[str, str]) -> SendResult:
