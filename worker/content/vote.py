@@ -11,6 +11,7 @@ import copy
 import re
 
 import lxml.html
+from lxml import etree
 from readability import Document
 from readability.readability import Unparseable
 
@@ -28,12 +29,17 @@ MIN_KEPT_SHARE = 0.5
 MAX_VOTE_ELEMENTS = 20_000
 _WORD = re.compile(r"\w+")
 _BLOCK_TAGS = ("p", "div", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "blockquote", "pre")
+#: The page's visible text nodes, compiled once, as plain strings (lxml's default "smart"
+#: strings each carry a reference to their element: a third of the cost, unused here).
+_VISIBLE_TEXTS = etree.XPath(
+    "//body//text()[not(ancestor::script or ancestor::style)]", smart_strings=False
+)
 
 
 def visible_chars(tree: lxml.html.HtmlElement) -> int:
     """Characters of the page's visible text (scripts and styles left out), spaces collapsed."""
-    texts = tree.xpath("//body//text()[not(ancestor::script or ancestor::style)]")
-    return sum(len(" ".join(str(t).split())) for t in texts)
+    texts: list[str] = _VISIBLE_TEXTS(tree)  # type: ignore[assignment]
+    return sum(len(" ".join(t.split())) for t in texts)
 
 
 def is_unsure(text: str, tree: lxml.html.HtmlElement) -> bool:

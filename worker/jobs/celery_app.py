@@ -88,6 +88,10 @@ def make_celery() -> Celery:
         },
         broker_pool_limit=10,
         result_backend=None,
+        # One (disabled) backend object for the whole process: by default Celery builds one per
+        # thread on its first task, looking its class up among every installed package's entry
+        # points (tens of ms), which a threads-pool worker paid once for each of its threads.
+        result_backend_thread_safe=True,
         task_ignore_result=True,
         task_soft_time_limit=settings.soft_time_limit,
         task_time_limit=settings.hard_time_limit,

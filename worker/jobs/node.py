@@ -34,6 +34,9 @@ def run_threads_worker(argv: list[str]) -> int:
     # The fork server takes seconds to start and import the pipeline: let Celery start
     # meanwhile (retrievals that arrive first queue for a process within their deadline).
     threading.Thread(target=extraction.warm, name="extract-pool-warm", daemon=True).start()
+    # The result backend (disabled, and shared by every thread: `celery_app`), made now: the
+    # first tasks start on hundreds of threads at once, and each would make its own.
+    _ = app.backend
     # Celery cancels running tasks when the broker connection drops by killing their process;
     # a thread cannot be killed. The task finishes and settles instead (the database fences
     # it), and the broker redelivers its message, which then claims nothing.

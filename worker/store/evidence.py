@@ -62,7 +62,9 @@ _ITEM_KEY = ["workspace_id", "kind", "url_key", "language"]
 def _upsert_item(dialect: str) -> sa.Insert:
     """INSERT the item, or lock the existing one (a no-op DO UPDATE), returning it either way.
 
-    The row lock makes concurrent writers of one item number revisions one at a time.
+    The row lock makes concurrent writers of one item number revisions one at a time. A new
+    item is inserted naming revision 1, which the caller records in the same transaction (so
+    no second UPDATE); it tells a new item from an existing one by the id that comes back.
     """
     stmt = db.insert_for(dialect)(EVIDENCE).values(
         id=sa.bindparam("b_id"),
@@ -70,7 +72,7 @@ def _upsert_item(dialect: str) -> sa.Insert:
         kind=sa.bindparam("b_kind"),
         url_key=sa.bindparam("b_url_key"),
         language=sa.bindparam("b_language"),
-        latest_revision=0,
+        latest_revision=1,
         created_at=sa.bindparam("b_now"),
     )
     stmt = stmt.on_conflict_do_update(
@@ -107,10 +109,11 @@ def record(
     provenance = result["provenance"]
     url_key = normalise_url(provenance["source_url"] or requested_url)
     language = (provenance["language"] or "").lower()
+    new_id = uuid.uuid4()
     item = session.execute(
         _upsert_item(db.dialect(session)),
         {
-            "b_id": uuid.uuid4(),
+            "b_id": new_id,
             "b_workspace_id": workspace_id,
             "b_kind": kind,
             "b_url_key": url_key,
@@ -118,14 +121,15 @@ def record(
             "b_now": now,
         },
     ).one()
+    created = item.id == new_id
     digest = fingerprint(result)
-    if item.latest_revision:  # an item without revisions was created just now
+    if not created:
         existing = session.execute(
             _FIND_REVISION, {"b_evidence_id": item.id, "b_sha": digest}
         ).scalar_one_or_none()
         if existing is not None:
             return item.id, int(existing)
-    revision = item.latest_revision + 1
+    revision = 1 if created else item.latest_revision + 1
     session.execute(
         _INSERT_REVISION,
         {
@@ -140,10 +144,11 @@ def record(
             "created_at": now,
         },
     )
-    session.execute(_SET_LATEST, {"b_evidence_id": item.id, "b_revision": revision})
+    if not created:  # a new item was inserted naming revision 1 already
+        session.execute(_SET_LATEST, {"b_evidence_id": item.id, "b_revision": revision})
     from worker.store.read_index import index_revision
 
-    index_revision(session, workspace_id, item.id, revision, result, images)
+    index_revision(session, workspace_id, item.id, revision, result, images, new_item=created)
     return item.id, revision
 
 

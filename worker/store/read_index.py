@@ -20,9 +20,14 @@ def index_revision(
     revision: int,
     result: Result,
     images: Sequence[ImageRef] = (),
+    *,
+    new_item: bool = False,
 ) -> None:
-    """Give the item its report id, and store the revision's passages and images."""
-    reports.ensure_report(session, workspace_id, evidence_id)
+    """Give the item its report id, and store the revision's passages and images.
+
+    `new_item`: the item was created in this transaction, so it has no report id yet.
+    """
+    reports.ensure_report(session, workspace_id, evidence_id, new_item=new_item)
     language = result["provenance"]["language"]
     chunks.record_chunks(
         session, workspace_id, evidence_id, revision, language, result["text"], result["segments"]

@@ -44,16 +44,41 @@ def _next_report_id(dialect: str) -> sa.Insert:
     return stmt.returning(COUNTER.c.last_report_id)
 
 
-def ensure_report(session: Session, workspace_id: uuid.UUID, evidence_id: uuid.UUID) -> int:
+@functools.cache
+def _number_report() -> sa.Insert:
+    """PostgreSQL: bump the counter and record the item's report id in one statement (the
+    upsert as a data-modifying CTE, its new value inserted from it)."""
+    counter = _next_report_id(db.POSTGRESQL).cte("counter")
+    numbered = sa.select(
+        sa.bindparam("b_evidence_id", type_=sa.Uuid),
+        sa.bindparam("b_workspace_id", type_=sa.Uuid),
+        counter.c.last_report_id,
+    )
+    return (
+        sa.insert(REPORT)
+        .add_cte(counter)
+        .from_select(["evidence_id", "workspace_id", "report_id"], numbered)
+        .returning(REPORT.c.report_id)
+    )
+
+
+def ensure_report(
+    session: Session, workspace_id: uuid.UUID, evidence_id: uuid.UUID, *, new_item: bool = False
+) -> int:
     """The evidence item's report id, numbering it next in its workspace the first time.
 
     Callers hold the item's row lock (`evidence_store.record` upserts it first), so two
-    writers of one item never both number it.
+    writers of one item never both number it. `new_item`: the item was created in this
+    transaction, so it has none yet (no need to look).
     """
-    existing = session.execute(_REPORT_OF, {"b_evidence_id": evidence_id}).scalar_one_or_none()
-    if existing is not None:
-        return int(existing)
+    if not new_item:
+        existing = session.execute(_REPORT_OF, {"b_evidence_id": evidence_id}).scalar_one_or_none()
+        if existing is not None:
+            return int(existing)
     dialect = db.dialect(session)
+    if dialect == db.POSTGRESQL:
+        params = {"b_evidence_id": evidence_id, "b_workspace_id": workspace_id}
+        return int(session.execute(_number_report(), params).scalar_one())
     report_id = int(
         session.execute(_next_report_id(dialect), {"b_workspace_id": workspace_id}).scalar_one()
     )

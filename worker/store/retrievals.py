@@ -522,7 +522,21 @@ def _claim_oldest_statement(skip_locked: bool) -> Any:
     )
 
 
-_CLAIM_OLDEST = {True: _claim_oldest_statement(True), False: _claim_oldest_statement(False)}
+def _claim_oldest_and_serve() -> Any:
+    """PostgreSQL: the claim, and the workspace's `served_at` when it claimed a row, in one
+    statement (a data-modifying CTE): one round trip fewer per batch retrieval."""
+    claimed = _claim_oldest_statement(True).cte("claimed")
+    served = (
+        sa.update(SCHEDULE)
+        .where(SCHEDULE.c.workspace_id.in_(sa.select(claimed.c.workspace_id)))
+        .values(served_at=sa.bindparam("b_now"))
+        .cte("served")
+    )
+    return sa.select(claimed).add_cte(served)
+
+
+#: By dialect (True: PostgreSQL, whose statement also records the workspace as served).
+_CLAIM_OLDEST = {True: _claim_oldest_and_serve(), False: _claim_oldest_statement(False)}
 
 
 def active_batch_workspaces(session: Session) -> list[uuid.UUID]:
@@ -544,7 +558,7 @@ def claim_next_batch(session: Session, now: datetime, lease: timedelta) -> Claim
     if not order:
         return None
     postgres = db.dialect(session) == db.POSTGRESQL
-    if postgres:
+    if postgres and len(order) > 1:  # with one workspace, there is nothing to spread over
         locked = session.execute(_LOCK_SCHEDULE, {"b_ids": order}).scalar_one_or_none()
         if locked is not None:
             order = [locked, *(w for w in order if w != locked)]
@@ -555,7 +569,8 @@ def claim_next_batch(session: Session, now: datetime, lease: timedelta) -> Claim
         ).one_or_none()
         if row is None:
             continue
-        session.execute(_SERVED, {"b_workspace": workspace_id, "b_now": now})
+        if not postgres:
+            session.execute(_SERVED, {"b_workspace": workspace_id, "b_now": now})
         return Claim(
             row.id, row.attempt, row.url, row.kind, row.language or None, workspace_id, "batch"
         )
