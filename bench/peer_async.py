@@ -1,10 +1,14 @@
 """The peer: what a user would write instead of the service.
 
-A plain asyncio script: httpx downloads (keep-alive pool, `--concurrency` in flight) and
-trafilatura extracts in a process pool (one process per core), with the same options the
-service uses. No database, no queue, no guard, no robots.txt.
+A plain asyncio script: httpx downloads (keep-alive pool, `--concurrency` in flight) and a
+process pool (one process per core) extracts. `--extract service` (the default) runs the
+service's own page-text extraction (`worker.content.html.main_text`: trafilatura with the
+service's options, and readability's vote where trafilatura is unsure), so both do the same
+extraction work; `--extract trafilatura` runs trafilatura alone with those options. No
+database, no queue, no guard, no robots.txt.
 
 Run: python -m bench.peer_async URLS.txt --ca CA.pem [--concurrency 128] [--processes N]
+     [--extract service|trafilatura]
 Prints one JSON line: {"pages", "ok", "seconds", "rps"}.
 """
 
@@ -20,32 +24,45 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 import httpx
+import lxml.html
 import trafilatura
 
-from worker.content.html import EXTRACT_OPTIONS
+from worker.content.html import EXTRACT_OPTIONS, main_text
 
 #: The service's own trafilatura options (precision, tables, no comments, no fallbacks).
 OPTIONS = EXTRACT_OPTIONS
 
 
 def extract(body: bytes, url: str) -> int:
-    """Extract the main text; return its length (the text itself stays in the worker)."""
+    """trafilatura alone: the main text's length (the text itself stays in the process)."""
     text = trafilatura.extract(body, url=url, **OPTIONS)
     return len(text or "")
 
 
-def _warm(_: int) -> int:
-    return extract(b"<html><body><p>warm up</p></body></html>", "https://example.org/")
+def extract_as_service(body: bytes, url: str) -> int:
+    """The service's page-text extraction over the parsed page: the main text's length."""
+    tree = lxml.html.fromstring(body)
+    return len(main_text(tree, url))
 
 
-async def run(urls: list[str], ca: str, concurrency: int, processes: int) -> tuple[int, float]:
+EXTRACTORS = {"service": extract_as_service, "trafilatura": extract}
+
+
+def _warm(name: str) -> int:
+    return EXTRACTORS[name](b"<html><body><p>warm up</p></body></html>", "https://example.org/")
+
+
+async def run(
+    urls: list[str], ca: str, concurrency: int, processes: int, extractor: str = "service"
+) -> tuple[int, float]:
     """Download and extract every URL; return (pages with text, seconds)."""
     context = ssl.create_default_context(cafile=ca)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     loop = asyncio.get_running_loop()
     ok = 0
     with ProcessPoolExecutor(max_workers=processes) as pool:
-        await asyncio.gather(*(loop.run_in_executor(pool, _warm, n) for n in range(processes)))
+        warm = (loop.run_in_executor(pool, _warm, extractor) for _ in range(processes))
+        await asyncio.gather(*warm)
         started = time.perf_counter()
         gate = asyncio.Semaphore(concurrency)
         async with httpx.AsyncClient(verify=context, limits=limits, timeout=30) as client:
@@ -67,7 +84,9 @@ async def run(urls: list[str], ca: str, concurrency: int, processes: int) -> tup
                 async with gate:
                     response = await get(url)
                 if response.status_code == 200:
-                    chars = await loop.run_in_executor(pool, extract, response.content, url)
+                    chars = await loop.run_in_executor(
+                        pool, EXTRACTORS[extractor], response.content, url
+                    )
                     ok += chars > 0
 
             await asyncio.gather(*(one(url) for url in urls))
@@ -83,10 +102,11 @@ def main() -> None:
     # fast as 32 at 0 ms on 2 cores, and several times faster at the latency mix).
     parser.add_argument("--concurrency", type=int, default=128)
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--extract", choices=sorted(EXTRACTORS), default="service")
     args = parser.parse_args()
     with open(args.urls) as handle:
         urls = [line.strip() for line in handle if line.strip()]
-    ok, seconds = asyncio.run(run(urls, args.ca, args.concurrency, args.processes))
+    ok, seconds = asyncio.run(run(urls, args.ca, args.concurrency, args.processes, args.extract))
     out = {"pages": len(urls), "ok": ok, "seconds": seconds, "rps": len(urls) / seconds}
     sys.stdout.write(json.dumps(out) + "\n")
 

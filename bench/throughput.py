@@ -4,7 +4,8 @@ Run: .venv/bin/python -m bench.throughput [--pages 1000] [--latency-ms 0,200] [-
 
 Over the same URL list on a loopback HTTPS fixture site (bench.site):
   limit    trafilatura.extract over the pages already in memory, one process per core;
-  peer     bench.peer_async: httpx (asyncio) downloads, trafilatura in a process pool;
+  peer     bench.peer_async: httpx (asyncio) downloads, the service's extraction in a process
+           pool (`--peer-extract trafilatura`: trafilatura alone, as before the readability vote);
   cli      trafilatura's own batch mode, `trafilatura -i urls.txt` (bench.trafilatura_cli);
   service  `evidence enqueue --wait` through the API, Celery workers and PostgreSQL.
 Prints a table (stderr) and one JSON line (stdout). Needs PostgreSQL (EVIDENCE_TEST_POSTGRES_URL,
@@ -108,10 +109,11 @@ def timed_child(args: list[str], env: dict[str, str] | None = None) -> tuple[flo
     return seconds, usage.ru_utime + usage.ru_stime, out
 
 
-def run_peer(site: Site, runs: Runs, pages: int) -> None:
+def run_peer(site: Site, runs: Runs, pages: int, extract: str = "service") -> None:
     """One run of the asyncio + process pool script."""
     before = site.cpu()
     args = [sys.executable, "-m", "bench.peer_async", str(site.urls), "--ca", site.info["ca"]]
+    args += ["--extract", extract]
     _, cpu, out = timed_child(args)
     result = json.loads(out.strip().splitlines()[-1])
     assert result["ok"] == pages, f"peer extracted {result['ok']} of {pages}"
@@ -205,6 +207,12 @@ def main() -> None:
     parser.add_argument("--client-concurrency", type=int, default=16, help="enqueue requests")
     parser.add_argument("--poll-interval", type=float, default=3.0)
     parser.add_argument("--only", default="limit,peer,cli,service")
+    parser.add_argument(
+        "--peer-extract",
+        choices=["service", "trafilatura"],
+        default="service",
+        help="the peer's extraction: the service's own (default), or trafilatura alone",
+    )
     args = parser.parse_args()
     only = set(args.only.split(","))
     latencies = [parse_latency(v) for v in args.latency_ms.split(",")]
@@ -241,7 +249,7 @@ def measure_latency(
             stack.run_batch(warm, 1.0, 0.0)
         for round_ in range(args.repeat):
             if "peer" in only:
-                run_peer(site, peer, args.pages)
+                run_peer(site, peer, args.pages, args.peer_extract)
             if "cli" in only:
                 run_cli(site, cli, args.pages, tmp)
             if stack is not None:
