@@ -42,6 +42,8 @@ RETRIEVAL_QUEUES = f"{INTERACTIVE_QUEUE},{BATCH_QUEUE}"
 WORKER_QUEUES = f"{RETRIEVAL_QUEUES},{WEBHOOK_QUEUE},{SWEEP_QUEUE}"
 #: Redis re-delivers an unacked message after this; every task ends long before it.
 VISIBILITY_TIMEOUT_SECONDS = 3600
+#: The broker transport: kombu's Redis one, with a client shared by each channel's commands.
+REDIS_TRANSPORT = "worker.jobs.redis_transport:Transport"
 #: How long a publish may wait on the broker before the outbox leaves the row to the sweep.
 PUBLISH_CONNECT_TIMEOUT_SECONDS = 2.0
 
@@ -78,6 +80,8 @@ def make_celery() -> Celery:
         worker_prefetch_multiplier=1,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_connection_retry_on_startup=True,
+        # kombu's Redis transport, sharing one client per channel (`redis_transport`).
+        broker_transport=REDIS_TRANSPORT,
         broker_transport_options={
             "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
             "socket_connect_timeout": PUBLISH_CONNECT_TIMEOUT_SECONDS,
