@@ -27,7 +27,7 @@ SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 #: The workspace of worker/contract/*.example_call.json.
 WORKSPACE = uuid.UUID("11111111-1111-4111-8111-111111111111")
 #: Test cases per operation and phase, and the seed: bounded and repeatable (about 30-50 s here).
-MAX_EXAMPLES = 20
+MAX_EXAMPLES = 12
 SEED = 20261201
 CONFIG = f"""
 [dictionaries.workspaces]

@@ -121,6 +121,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 @functools.cache
+@functools.lru_cache
 def _evidence_help(path: tuple[str, ...]) -> str:
     evidence = Path(sys.executable).parent / "evidence"
     result = _run([str(evidence), *path, "--help"])
