@@ -50,8 +50,6 @@ class RankedGate:
     def __init__(self, slots: int) -> None:
         self._free = slots
         self._waiters: list[_Waiter] = []
-        #: Waiters still waiting (the heap also holds those that gave up, until they surface).
-        self._live = 0
         self._seq = itertools.count()
         self._lock = threading.Lock()
 
@@ -62,19 +60,19 @@ class RankedGate:
         """
         rank = current_rank.get() if rank is None else rank
         with self._lock:
-            if self._free > 0 and self._live == 0:
+            if self._free > 0 and not self._waiters:
                 self._free -= 1
                 return True
             waiter = _Waiter(rank, next(self._seq))
             heapq.heappush(self._waiters, waiter)
-            self._live += 1
         if waiter.event.wait(max(timeout, 0.0)):
             return True
         with self._lock:
             if waiter.admitted:  # admitted between the timeout and the lock
                 return True
-            waiter.gave_up = True  # dropped when it reaches the head
-            self._live -= 1
+            # Dropped when a release reaches it: a release drains those before it adds a free
+            # slot, so the heap is empty whenever a slot is free.
+            waiter.gave_up = True
             return False
 
     def release(self) -> None:
@@ -84,7 +82,6 @@ class RankedGate:
                 waiter = heapq.heappop(self._waiters)
                 if not waiter.gave_up:
                     waiter.admitted = True
-                    self._live -= 1
                     waiter.event.set()
                     return
             self._free += 1
@@ -92,4 +89,4 @@ class RankedGate:
     @property
     def waiting(self) -> int:
         with self._lock:
-            return self._live
+            return sum(not w.gave_up for w in self._waiters)

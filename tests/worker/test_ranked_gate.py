@@ -86,19 +86,3 @@ def test_rank_defaults_to_the_threads_current_rank() -> None:
     threads[0].join(10)
     assert admitted == ["single", "batch"]
     assert current_rank.get() == INTERACTIVE, "ranked() restores the rank it replaced"
-
-
-def test_a_free_slot_is_taken_at_once_even_behind_a_waiter_that_gave_up() -> None:
-    """A waiter that timed out stays in the heap until a release passes it; it must not make
-    a newcomer wait while a slot is free."""
-    gate = RankedGate(1)
-    assert gate.acquire(0)
-    assert not gate.acquire(0.01)  # gives up
-    gate.release()  # passes over it: the slot is free again
-    assert gate.acquire(0)
-    second = RankedGate(2)
-    assert second.acquire(0) and second.acquire(0)
-    assert not second.acquire(0.01)  # gives up, still in the heap
-    second.release()
-    second.release()  # both slots free
-    assert second.acquire(0) and second.acquire(0), "free slots are taken at once"
