@@ -173,7 +173,7 @@ def parked(workspace: uuid.UUID, count: int = 1, url: str = "https://example.org
     import sqlalchemy as sa
 
     from worker import clock
-    from worker.store import db, retrievals
+    from worker.store import db, open_tally, retrievals
     from worker.store.models import Retrieval
 
     def record(session: Any) -> list[uuid.UUID]:
@@ -187,6 +187,7 @@ def parked(workspace: uuid.UUID, count: int = 1, url: str = "https://example.org
             )[0]
             for _ in range(count)
         ]
+        open_tally.room(session, workspace, count, 10**9)  # counted as the API counts them
         ids = [row.id for row in rows]
         T = Retrieval.__table__.c  # type: ignore[attr-defined]
         session.execute(

@@ -1,14 +1,17 @@
 """Keep evidence fresh cheaply: reuse within a client's window, revalidate, remember validators.
 
-The runner calls `prepare` before the pipeline, and `remember` and `settled` at the settle:
+The runner calls `look_up` in the claim's transaction, `prepare` before the pipeline, and
+`remember` and `settled` at the settle:
 
-* `prepare` finds what this request (workspace, kind, requested URL, language) led to last
-  (`worker.store.sources`). Within the client's `max-age` the stored revision is the answer at
-  once, with no fetch (`reused`). Otherwise, when every URL the last retrieval fetched left a
-  validator, each is asked again conditionally through the guarded fetcher; if every one
-  answers an acceptable 304 (`worker.fetch.conditional.accept_not_modified`) the stored revision
-  is the answer, with no download and no extraction (`revalidated`). Anything else is a full
-  retrieval, which reuses whatever the conditional requests already brought back in full.
+* `look_up` finds what this request (workspace, kind, requested URL, language) led to last
+  (`worker.store.sources`), with no transaction of its own. In `prepare`, within the client's
+  `max-age` the stored revision is the answer at once, with no fetch (`reused`). Otherwise,
+  when every URL the last retrieval fetched left a validator, each is asked again
+  conditionally through the guarded fetcher; if every one answers an acceptable 304
+  (`worker.fetch.conditional.accept_not_modified`) the stored revision is the answer, with no
+  download and no extraction (`revalidated`), and the settle names it as it is
+  (`stored_revision`). Anything else is a full retrieval, which reuses whatever the
+  conditional requests already brought back in full.
 * `remember`, run in the settle's own transaction, records what the request led to (revision,
   validators, status) and moves the revision's `last confirmed` time: on a 304 and on a full
   fetch of identical content, not on a reuse (a window is not a confirmation); `settled`
@@ -34,7 +37,7 @@ from worker.fetch.conditional import PrimedFetcher, RecordingFetcher, Validator
 from worker.fetch.egress import deadline_scope
 from worker.fetch.types import FetchedResponse, FetchFailure
 from worker.reasons import Reason
-from worker.store import db, retrievals, sources
+from worker.store import retrievals, sources
 
 if TYPE_CHECKING:
     from worker.content.pipeline import PipelineOutput
@@ -88,15 +91,35 @@ def stored_result(kind: str, source: sources.StoredSource, now: datetime) -> Res
     }
 
 
-def prepare(claim: Claim, fetcher: Fetcher, pipeline_fetcher: conditional.FetcherLike) -> Plan:
-    """Reuse or revalidate what this request led to last; else the fetcher for a full run.
+#: What `look_up` found: the retrieval's reuse window (None: none), and what its request led
+#: to last (None: nothing yet, or unreadable).
+Found = tuple[int | None, sources.StoredSource | None]
+
+
+def look_up(session: Session, claim: Claim) -> Found:
+    """What this claim's request led to last, read in the claim's own transaction (one round
+    trip and no transaction of its own). A row it cannot read means a full retrieval."""
+    try:
+        return sources.find(
+            session, claim.retrieval_id, claim.workspace_id, claim.kind, claim.url, claim.language
+        )
+    except (KeyError, TypeError, ValueError) as exc:  # a stored row this version cannot read
+        log.warning("revalidation_skipped", error=type(exc).__name__)
+        return None, None
+
+
+def prepare(
+    claim: Claim, found: Found, fetcher: Fetcher, pipeline_fetcher: conditional.FetcherLike
+) -> Plan:
+    """Reuse or revalidate what this request led to last (`found`, from `look_up`); else the
+    fetcher for a full run.
 
     `fetcher` sends the conditional requests; `pipeline_fetcher` (the same one, metered) serves
-    a full retrieval. Never raises for a source or the database: doubt means a full retrieval.
+    a full retrieval. Never raises for a source: doubt means a full retrieval.
     """
     plan = Plan(RecordingFetcher(pipeline_fetcher))
     try:
-        return _prepare(claim, fetcher, pipeline_fetcher, plan)
+        return _prepare(claim, found, fetcher, pipeline_fetcher, plan)
     except SoftTimeLimitExceeded:
         log.warning("soft_time_limit")
         plan.output = _output(failure_result(claim.kind, Reason.TIMEOUT, clock.now()))  # type: ignore[arg-type]
@@ -113,13 +136,13 @@ def _output(result: Result) -> PipelineOutput:
 
 
 def _prepare(
-    claim: Claim, fetcher: Fetcher, pipeline_fetcher: conditional.FetcherLike, plan: Plan
+    claim: Claim,
+    found: Found,
+    fetcher: Fetcher,
+    pipeline_fetcher: conditional.FetcherLike,
+    plan: Plan,
 ) -> Plan:
-    max_age, source = db.with_transient_retry(
-        lambda s: sources.find(
-            s, claim.retrieval_id, claim.workspace_id, claim.kind, claim.url, claim.language
-        )
-    )
+    max_age, source = found
     if source is None:
         return plan
     plan.source = source
@@ -167,6 +190,14 @@ def _revalidate(
             primed[validator["url"]] = answer
         break
     return primed, confirmed
+
+
+def stored_revision(plan: Plan) -> tuple[uuid.UUID, int] | None:
+    """The stored revision a reused or revalidated answer is (the settle names it as it is,
+    with no fingerprint to compute and no item to lock); None for a fetched result."""
+    if plan.how is None or plan.source is None:
+        return None
+    return plan.source.evidence_id, plan.source.revision
 
 
 def remember(claim: Claim, plan: Plan, result: Result, now: datetime) -> retrievals.AfterSettle:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from celery.exceptions import SoftTimeLimitExceeded
+from sqlalchemy.orm import Session
 
 from worker import clock, ranked_gate
 from worker.content.results import failure_result
@@ -130,14 +132,16 @@ def run_retrieval(retrieval_id: uuid.UUID) -> dict[str, Any]:
     """Process one delivery of an interactive retrieval; what happened (`worker.jobs.outcomes`)."""
     settings = get_settings()
     lease = timedelta(seconds=settings.lease_seconds)
-    claim = db.with_transient_retry(lambda s: retrievals.claim(s, retrieval_id, clock.now(), lease))
-    if claim is None:
+    claimed = db.with_transient_retry(
+        _looking_up(lambda s: retrievals.claim(s, retrieval_id, clock.now(), lease))
+    )
+    if claimed is None:
         log.info("claim_skipped")
         # The claim may have expired a row past valid_until: announce it (were it still running
         # elsewhere, its waiters would only read it once more).
         notify.settled([retrieval_id])
         return _recorded_outcome(retrieval_id, "skipped", None)
-    return run_claim(claim)
+    return run_claim(*claimed)
 
 
 def run_next_batch() -> dict[str, Any] | None:
@@ -147,35 +151,49 @@ def run_next_batch() -> dict[str, Any] | None:
     """
     lease = timedelta(seconds=get_settings().lease_seconds)
     with ranked(ranked_gate.BATCH):  # its turn for a connection comes after interactive work's
-        claim = db.with_transient_retry(
-            lambda s: retrievals.claim_next_batch(s, clock.now(), lease)
+        claimed = db.with_transient_retry(
+            _looking_up(lambda s: retrievals.claim_next_batch(s, clock.now(), lease))
         )
-    if claim is None:
+    if claimed is None:
         log.info("claim_skipped", lane="batch")
         return None
-    structlog.contextvars.bind_contextvars(retrieval_id=str(claim.retrieval_id))
-    return run_claim(claim)
+    structlog.contextvars.bind_contextvars(retrieval_id=str(claimed[0].retrieval_id))
+    return run_claim(*claimed)
 
 
-def run_claim(claim: retrievals.Claim) -> dict[str, Any]:
+def _looking_up(
+    claiming: Callable[[Session], retrievals.Claim | None],
+) -> Callable[[Session], tuple[retrievals.Claim, freshness.Found] | None]:
+    """The claim, and in the same transaction what its request led to last (`freshness`)."""
+
+    def work(session: Session) -> tuple[retrievals.Claim, freshness.Found] | None:
+        claim = claiming(session)
+        return None if claim is None else (claim, freshness.look_up(session, claim))
+
+    return work
+
+
+def run_claim(claim: retrievals.Claim, found: freshness.Found) -> dict[str, Any]:
     """Fetch, extract and settle a claimed retrieval; announce it once settled.
 
     What it queues for in this process (a host's fetch slot, an extraction process, a database
     connection) an interactive retrieval gets before the batch lane's work.
     """
     with ranked(ranked_gate.BATCH if claim.lane == "batch" else ranked_gate.INTERACTIVE):
-        return _run_claim(claim)
+        return _run_claim(claim, found)
 
 
-def _run_claim(claim: retrievals.Claim) -> dict[str, Any]:
+def _run_claim(claim: retrievals.Claim, found: freshness.Found) -> dict[str, Any]:
     structlog.contextvars.bind_contextvars(workspace_id=str(claim.workspace_id))
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
-    plan = freshness.prepare(claim, get_fetcher(), MeteredFetcher(get_fetcher()))
+    plan = freshness.prepare(claim, found, get_fetcher(), MeteredFetcher(get_fetcher()))
     output = plan.output or produce_output(claim, plan.fetcher)
     result = output.result
     now = clock.now()
     remember = freshness.remember(claim, plan, result, now)
-    settled = retrievals.settle_claim(claim, result, now, output.images, remember)
+    settled = retrievals.settle_claim(
+        claim, result, now, output.images, remember, freshness.stored_revision(plan)
+    )
     freshness.settled(claim, plan, settled)
     # A fenced settle may have expired it; a cancel or a newer attempt announce themselves.
     notify.settled([claim.retrieval_id])

@@ -171,6 +171,18 @@ class BatchSchedule(SQLModel, table=True):
     served_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
 
 
+class OpenTally(SQLModel, table=True):
+    """An upper bound of a workspace's open retrievals, kept so that a new one far below the
+    open ceiling needs no count (`worker.store.open_tally`): the rows open at the last exact
+    count plus every row recorded since. Both change only under the workspace's quota lock."""
+
+    __tablename__ = "open_tally"
+
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, primary_key=True))
+    counted: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    added: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+
+
 class WorkspaceQuota(SQLModel, table=True):
     """An operator's per-workspace quota overrides; NULL means the setting's default."""
 

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from worker.content.results import Result, cancelled_result, has_content
 from worker.states import RetrievalState as S
 from worker.states import sources_of
-from worker.store import db, evidence, webhooks
+from worker.store import db, evidence, open_tally, webhooks
 from worker.store.models import (
     BATCH_PENDING_SQL,
     LANE_BATCH,
@@ -268,6 +268,24 @@ def count_open(session: Session, workspace_id: uuid.UUID, cap: int) -> OpenCount
     return OpenCount(int(total), int(inter))
 
 
+_OPEN_INTERACTIVE = sa.select(sa.func.count()).select_from(
+    sa.select(sa.literal(1))
+    .where(
+        RETRIEVAL.c.workspace_id == sa.bindparam("b_workspace"),
+        RETRIEVAL.c.lane == LANE_INTERACTIVE,
+        sa.text(OPEN_SQL),
+    )
+    .limit(sa.bindparam("b_cap", type_=sa.Integer))
+    .subquery()
+)
+
+
+def count_interactive(session: Session, workspace_id: uuid.UUID, cap: int) -> int:
+    """Open interactive retrievals of the workspace, counting at most `cap` rows."""
+    params = {"b_workspace": workspace_id, "b_cap": cap}
+    return int(session.execute(_OPEN_INTERACTIVE, params).scalar_one())
+
+
 def find_existing(
     session: Session, workspace_id: uuid.UUID, mutation_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, RetrievalRow]:
@@ -295,13 +313,18 @@ def create_within_quota(
     known mutation_id is answered whatever the quotas say: it adds nothing (it is how a client
     polls). A workspace with `interactive_limit` open interactive retrievals already is looping
     over the single route: the new one joins the batch lane. Three statements for a new one
-    (lock, bounded count, insert); a refusal reads whether it was a replay first.
+    (lock, room under the ceiling from `open_tally`, the interactive lane's bounded count) and
+    the insert; a refusal reads whether it was a replay first.
     """
     lock_workspace(session, request.workspace_id)
-    counts = count_open(session, request.workspace_id, max(open_limit, interactive_limit, 1))
-    refusal = None if rate_ok else OVER_RATE
-    if counts.total >= open_limit:
-        refusal = OVER_OPEN
+    if rate_ok:
+        refusal = (
+            None if open_tally.room(session, request.workspace_id, 1, open_limit) else OVER_OPEN
+        )
+    else:
+        refusal = (
+            OVER_RATE if open_tally.fits(session, request.workspace_id, open_limit) else OVER_OPEN
+        )
     if refusal is not None:
         known = find_existing(session, request.workspace_id, [request.mutation_id])
         row = known.get(request.mutation_id)
@@ -309,7 +332,8 @@ def create_within_quota(
             raise OverQuota(refusal)
         check_same_request(row, request)
         return row, False
-    lane = LANE_BATCH if counts.interactive >= interactive_limit else LANE_INTERACTIVE
+    interactive = count_interactive(session, request.workspace_id, interactive_limit)
+    lane = LANE_BATCH if interactive >= interactive_limit else LANE_INTERACTIVE
     return create_retrieval(session, request, now, ttl, lane)
 
 
@@ -334,11 +358,12 @@ def create_batch_within_quota(
 ) -> BatchOutcome:
     """Record one workspace's batch items in the batch lane, as many as its quotas allow.
 
-    Few statements for the whole batch: the lock, one read of the known mutation ids, one
-    bounded count, one multi-row INSERT … ON CONFLICT DO NOTHING, one schedule upsert. Known
-    items are answered whatever the quotas (the caller compares their payloads: a conflict is
-    that item's 409); new ones get the room in order: at most `rate_room` (the tokens the write
-    rate granted) and what is left under the open ceiling, the rest are refused.
+    Few statements for the whole batch: the lock, one read of the known mutation ids, the room
+    under the ceiling (`open_tally`), one multi-row INSERT … ON CONFLICT DO NOTHING, one
+    schedule upsert. Known items are answered whatever the quotas (the caller compares their
+    payloads: a conflict is that item's 409); new ones get the room in order: at most
+    `rate_room` (the tokens the write rate granted) and what is left under the open ceiling,
+    the rest are refused.
     """
     lock_workspace(session, workspace_id)
     mutations = list(dict.fromkeys(r.mutation_id for r in requests))
@@ -348,10 +373,8 @@ def create_batch_within_quota(
         if request.mutation_id not in existing:
             firsts.setdefault(request.mutation_id, request)
     new = list(firsts.values())
-    open_room = 0
-    if new:
-        open_room = max(0, open_limit - count_open(session, workspace_id, max(open_limit, 1)).total)
-    accepted = new[: min(open_room, rate_room)]
+    open_room = open_tally.room(session, workspace_id, min(len(new), rate_room), open_limit)
+    accepted = new[:open_room]
     refused = {
         r.mutation_id: OVER_RATE if index >= rate_room else OVER_OPEN
         for index, r in enumerate(new)
@@ -587,19 +610,24 @@ def settle(
     result: Result,
     now: datetime,
     images: Sequence[ImageRef] = (),
+    stored: tuple[uuid.UUID, int] | None = None,
 ) -> tuple[uuid.UUID | None, int | None]:
     """Record the outcome of `claim` in `session`'s transaction; raise `Fenced` if it lost.
 
     Returns the evidence (item id, revision) the outcome names, (None, None) without content.
+    `stored` names the existing revision a result with content is (a reuse or a revalidation
+    answers with a stored revision's content): nothing is written for it but the outcome.
 
-    The evidence revision (if the result has content) is written first, then one UPDATE sets
-    the outcome and the revision it names, matching only the attempt that claimed and only
-    before `valid_until`. When that UPDATE matches nothing, `Fenced` makes the caller roll the
-    whole transaction back, so a late zombie or a result past the receipt's lifetime leaves no
-    trace. Lock order is always the evidence item, then the retrieval row.
+    Otherwise the evidence revision (if the result has content) is written first. Then one
+    UPDATE sets the outcome and the revision it names, matching only the attempt that claimed
+    and only before `valid_until`. When that UPDATE matches nothing, `Fenced` makes the caller
+    roll the whole transaction back, so a late zombie or a result past the receipt's lifetime
+    leaves no trace. Lock order is always the evidence item, then the retrieval row.
     """
     evidence_id = revision = None
-    if has_content(result):
+    if has_content(result) and stored is not None:
+        evidence_id, revision = stored
+    elif has_content(result):
         evidence_id, revision = evidence.record(
             session, claim.workspace_id, claim.kind, claim.url, result, now, images
         )
@@ -630,6 +658,7 @@ def settle_claim(
     now: datetime,
     images: Sequence[ImageRef] = (),
     then: AfterSettle | None = None,
+    stored: tuple[uuid.UUID, int] | None = None,
 ) -> bool:
     """Settle `claim` in its own transaction; False when it was fenced off.
 
@@ -639,7 +668,7 @@ def settle_claim(
     """
 
     def write(session: Session) -> None:
-        evidence_id, revision = settle(session, claim, result, now, images)
+        evidence_id, revision = settle(session, claim, result, now, images, stored)
         if then is not None:
             then(session, evidence_id, revision)
 

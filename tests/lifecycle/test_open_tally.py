@@ -1,0 +1,136 @@
+"""The open ceiling's tally: an upper bound that spares the count far from the ceiling and
+never lets a workspace past it (`worker.store.open_tally`)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from worker import clock
+from worker.states import RetrievalState as S
+from worker.store import db, open_tally, retrievals
+from worker.store.models import OpenTally, Retrieval
+
+pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services")]
+
+TTL = timedelta(hours=1)
+LIMIT = 10
+R = Retrieval.__table__.c  # type: ignore[attr-defined]
+T = OpenTally.__table__.c  # type: ignore[attr-defined]
+
+
+def record(workspace: uuid.UUID, wanted: int, limit: int = LIMIT) -> int:
+    """Record as many of `wanted` single retrievals as the ceiling allows; how many it took."""
+
+    def write(session: Session) -> int:
+        taken = 0
+        for _ in range(wanted):
+            request = retrievals.NewRetrieval(
+                workspace, uuid.uuid4(), "https://example.org/", "url_text", None
+            )
+            try:
+                retrievals.create_within_quota(session, request, clock.now(), TTL, limit, 0)
+            except retrievals.OverQuota as refused:
+                assert refused.reason == retrievals.OVER_OPEN
+                continue
+            taken += 1
+        return taken
+
+    return db.with_transient_retry(write)
+
+
+def tally(workspace: uuid.UUID) -> tuple[int, int] | None:
+    row = db.with_transient_retry(
+        lambda s: s.execute(
+            sa.select(T.counted, T.added).where(T.workspace_id == workspace)
+        ).one_or_none()
+    )
+    return None if row is None else (row.counted, row.added)
+
+
+def close(workspace: uuid.UUID, how_many: int) -> None:
+    """Settle `how_many` of the workspace's open retrievals the way a cancel does."""
+
+    def write(session: Session) -> None:
+        ids = session.execute(
+            sa.select(R.id).where(R.workspace_id == workspace, R.state == S.PENDING.value)
+            .limit(how_many)
+        ).scalars().all()  # fmt: skip
+        session.execute(
+            sa.update(Retrieval)
+            .where(R.id.in_(list(ids)))
+            .values(state=S.CANCELLED.value, settled_at=clock.now())
+        )
+
+    db.with_transient_retry(write)
+
+
+def open_count(workspace: uuid.UUID) -> int:
+    return db.with_transient_retry(lambda s: open_tally.count(s, workspace, 10**6))
+
+
+class TestTally:
+    def test_first_retrieval_counts_then_the_bound_grows_without_counting(
+        self, workspace: uuid.UUID
+    ) -> None:
+        """No row: the exact count starts it; below the ceiling each new one only adds."""
+        assert tally(workspace) is None
+        assert record(workspace, 1) == 1
+        assert tally(workspace) == (0, 1)
+        assert record(workspace, 4) == 4
+        assert tally(workspace) == (0, 5)
+
+    def test_the_ceiling_holds_exactly(self, workspace: uuid.UUID) -> None:
+        """Ten of ten: the eleventh is refused, and nothing past the ceiling was recorded."""
+        assert record(workspace, 12) == LIMIT
+        assert open_count(workspace) == LIMIT
+
+    def test_room_comes_back_through_an_exact_count(self, workspace: uuid.UUID) -> None:
+        """Closed retrievals leave the bound high (it over-estimates); at the bound's ceiling
+        the exact count finds the room and starts the tally again from the truth."""
+        assert record(workspace, LIMIT) == LIMIT
+        close(workspace, 3)
+        assert tally(workspace) == (0, LIMIT)
+        assert record(workspace, 5) == 3
+        assert tally(workspace) is None  # the last two found no room: counted to the ceiling
+        assert open_count(workspace) == LIMIT
+
+    def test_a_lower_ceiling_applies_at_once(self, workspace: uuid.UUID) -> None:
+        """The bound is compared with the ceiling of the moment: lowering it is never late."""
+        assert record(workspace, 4) == 4
+        assert record(workspace, 1, limit=3) == 0
+        # The count stopped at the ceiling, so it knows only "at least 3": no tally is kept
+        # from it, and raising the ceiling again counts afresh.
+        assert tally(workspace) is None
+        assert record(workspace, 10, limit=6) == 2
+        assert open_count(workspace) == 6
+
+    def test_fits_reads_without_taking(self, workspace: uuid.UUID) -> None:
+        """The rate-refused path asks whether one more fits and leaves the tally as it was."""
+        assert record(workspace, 2) == 2
+        before = tally(workspace)
+        fits = db.with_transient_retry(lambda s: open_tally.fits(s, workspace, LIMIT))
+        full = db.with_transient_retry(lambda s: open_tally.fits(s, workspace, 2))
+        assert (fits, full) == (True, False)
+        assert tally(workspace) == before
+
+    def test_batch_takes_the_room_left(self, workspace: uuid.UUID) -> None:
+        """A batch gets what is left under the ceiling, in order; the rest is refused."""
+        assert record(workspace, 7) == 7
+        url = "https://example.org/"
+        requests = [
+            retrievals.NewRetrieval(workspace, uuid.uuid4(), url, "url_text", None)
+            for _ in range(5)
+        ]
+        outcome = db.with_transient_retry(
+            lambda s: retrievals.create_batch_within_quota(
+                s, workspace, requests, clock.now(), TTL, LIMIT, rate_room=100
+            )
+        )
+        assert {r.mutation_id for r in requests[:3]} == set(outcome.created)
+        assert set(outcome.refused.values()) == {retrievals.OVER_OPEN}
+        assert open_count(workspace) == LIMIT

@@ -1,0 +1,100 @@
+"""Room under a workspace's open ceiling, without counting its open retrievals on every request.
+
+The exact count reads every open row of the workspace (up to the ceiling, 10 000 by default):
+under a backlog of thousands it cost milliseconds per request while the request held the
+workspace's quota lock, so one busy workspace's requests queued behind each other. The tally
+(`open_tally`) is an upper bound instead: the rows open at the last exact count plus every row
+recorded since. Retrievals leave the open states (settle, cancel, expiry) without touching it,
+so it can only over-estimate: while it shows room for a request, there is room. When it does
+not, the exact count decides and starts it again. Callers hold the workspace's quota lock
+(`retrievals.lock_workspace`), which orders every change to one workspace's tally.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from worker.store import db
+from worker.store.models import OPEN_SQL, OpenTally, Retrieval
+
+TALLY: sa.Table = OpenTally.__table__  # type: ignore[attr-defined]
+RETRIEVAL: sa.Table = Retrieval.__table__  # type: ignore[attr-defined]
+
+#: Take `b_n` more from the bound if they fit under the ceiling; a row back means they do.
+_RESERVE = (
+    sa.update(TALLY)
+    .where(
+        TALLY.c.workspace_id == sa.bindparam("b_workspace"),
+        TALLY.c.counted + TALLY.c.added + sa.bindparam("b_n", type_=sa.Integer)
+        <= sa.bindparam("b_limit", type_=sa.Integer),
+    )
+    .values(added=TALLY.c.added + sa.bindparam("b_n", type_=sa.Integer))
+    .returning(TALLY.c.added)
+)
+_FORGET = sa.delete(TALLY).where(TALLY.c.workspace_id == sa.bindparam("b_workspace"))
+_OPEN_ROWS = (
+    sa.select(sa.literal(1))
+    .where(RETRIEVAL.c.workspace_id == sa.bindparam("b_workspace"), sa.text(OPEN_SQL))
+    .limit(sa.bindparam("b_cap", type_=sa.Integer))
+    .subquery()
+)
+_COUNT_OPEN = sa.select(sa.func.count()).select_from(_OPEN_ROWS)
+
+
+@functools.cache
+def _restart(dialect: str) -> sa.Insert:
+    stmt = db.insert_for(dialect)(TALLY).values(
+        workspace_id=sa.bindparam("b_workspace"),
+        counted=sa.bindparam("b_counted"),
+        added=sa.bindparam("b_added"),
+    )
+    return stmt.on_conflict_do_update(
+        index_elements=["workspace_id"],
+        set_={"counted": stmt.excluded.counted, "added": stmt.excluded.added},
+    )
+
+
+def room(session: Session, workspace_id: uuid.UUID, wanted: int, open_limit: int) -> int:
+    """How many of `wanted` new retrievals fit under `open_limit` open ones; that many are
+    added to the tally (record at most that many; recording fewer only over-estimates)."""
+    if wanted <= 0:
+        return 0
+    params = {"b_workspace": workspace_id, "b_n": wanted, "b_limit": open_limit}
+    if session.execute(_RESERVE, params).first() is not None:
+        return wanted
+    exact = count(session, workspace_id, open_limit)
+    if exact >= open_limit:
+        # Counted to the ceiling: "at least that many", too low for a bound. Keep none, so a
+        # raised ceiling is counted afresh (at the ceiling every request counts anyway).
+        session.execute(_FORGET, {"b_workspace": workspace_id})
+        return 0
+    fits = min(wanted, open_limit - exact)
+    session.execute(
+        _restart(db.dialect(session)),
+        {"b_workspace": workspace_id, "b_counted": exact, "b_added": fits},
+    )
+    return fits
+
+
+_BOUND = sa.select(TALLY.c.counted + TALLY.c.added).where(
+    TALLY.c.workspace_id == sa.bindparam("b_workspace")
+)
+
+
+def fits(session: Session, workspace_id: uuid.UUID, open_limit: int) -> bool:
+    """Whether one more retrieval would fit under `open_limit`, taking nothing from the tally."""
+    bound = session.execute(_BOUND, {"b_workspace": workspace_id}).scalar_one_or_none()
+    if bound is not None and bound < open_limit:
+        return True
+    return count(session, workspace_id, open_limit) < open_limit
+
+
+def count(session: Session, workspace_id: uuid.UUID, cap: int) -> int:
+    """The workspace's open retrievals, exactly, counting at most `cap` rows."""
+    return int(
+        session.execute(_COUNT_OPEN, {"b_workspace": workspace_id, "b_cap": cap}).scalar_one()
+    )
