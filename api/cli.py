@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,6 +78,12 @@ def api(
 
     _configure_logging()
     os.environ["EVIDENCE_API_WORKERS"] = str(workers)  # read by each process (poll advice)
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Each process counts only the requests it answers: without a directory they all
+        # write to, /metrics would show whichever process answered the scrape.
+        metrics_dir = tempfile.mkdtemp(prefix="evidence-api-metrics-")
+        atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     serving.run(
         "api.http.app:served_app",
         factory=True,  # called in every worker process: configures its logging, then serves

@@ -446,7 +446,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prom = tmp / "prometheus"  # every API process's request histogram, summed at /metrics
     prom.mkdir()
     if args.as_make_run:
-        args.api_workers, args.worker_nice = 1, 10
+        args.api_workers, args.worker_nice = 2, 10
     # Both lanes: past EVIDENCE_INTERACTIVE_OPEN_LIMIT open singles, a workspace's new ones join
     # the batch lane.
     worker_args = ["worker", "--queues", "retrievals,retrievals-batch"]
@@ -775,7 +775,7 @@ def main() -> None:
     parser.add_argument(
         "--as-make-run",
         action="store_true",
-        help="the processes as `make run` starts them (deploy/Procfile): one API process, the"
+        help="the processes as `make run` starts them (deploy/Procfile): two API processes, the"
         " worker's own --nice 10 and defaults, no session niceness set by the bench",
     )
     parser.add_argument(
