@@ -23,11 +23,12 @@ def index_revision(
     *,
     new_item: bool = False,
 ) -> None:
-    """Give the item its report id, and store the revision's passages and images.
+    """Store the revision's passages and images, and give the item its report id when the
+    transaction commits (`reports.number_at_commit`).
 
     `new_item`: the item was created in this transaction, so it has no report id yet.
     """
-    reports.ensure_report(session, workspace_id, evidence_id, new_item=new_item)
+    reports.number_at_commit(session, workspace_id, evidence_id, new_item=new_item)
     language = result["provenance"]["language"]
     chunks.record_chunks(
         session, workspace_id, evidence_id, revision, language, result["text"], result["segments"]
