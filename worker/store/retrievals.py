@@ -547,11 +547,21 @@ def _claim_oldest_statement(skip_locked: bool) -> Any:
 
 def _claim_oldest_and_serve() -> Any:
     """PostgreSQL: the claim, and the workspace's `served_at` when it claimed a row, in one
-    statement (a data-modifying CTE): one round trip fewer per batch retrieval."""
+    statement (a data-modifying CTE): one round trip fewer per batch retrieval.
+
+    The schedule row is skipped when another claim holds it: that claim is marking the same
+    workspace served at about the same instant. Waiting for it instead made every claim of a
+    busy workspace wait for the one before it to commit (the row lock lasts the transaction).
+    """
     claimed = _claim_oldest_statement(True).cte("claimed")
+    free_row = (
+        sa.select(SCHEDULE.c.workspace_id)
+        .where(SCHEDULE.c.workspace_id.in_(sa.select(claimed.c.workspace_id)))
+        .with_for_update(skip_locked=True)
+    )
     served = (
         sa.update(SCHEDULE)
-        .where(SCHEDULE.c.workspace_id.in_(sa.select(claimed.c.workspace_id)))
+        .where(SCHEDULE.c.workspace_id.in_(free_row))
         .values(served_at=sa.bindparam("b_now"))
         .cte("served")
     )
