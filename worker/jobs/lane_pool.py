@@ -113,9 +113,27 @@ class RankedExecutor:
             for thread in threads:
                 thread.join()
 
+    def waiting(self) -> bool:
+        """Whether submitted work waits for a thread."""
+        return not self._queue.empty()
+
     @property
     def thread_count(self) -> int:
         return len(self._threads)
+
+
+#: The executor of this process's lane pool, once one is made (None: another pool runs tasks).
+_executor: RankedExecutor | None = None
+
+
+def follow_ons_allowed() -> bool:
+    """Whether tasks here run on a lane pool's threads (prefork children do not)."""
+    return _executor is not None
+
+
+def work_waiting() -> bool:
+    """Whether a delivered message waits in this process for a thread."""
+    return _executor is not None and _executor.waiting()
 
 
 class LaneThreadPool(ThreadsTaskPool):  # type: ignore[misc]  # Celery ships no types
@@ -128,6 +146,8 @@ class LaneThreadPool(ThreadsTaskPool):  # type: ignore[misc]  # Celery ships no 
         fifo: Any = self.executor  # the base made a FIFO one, with no thread yet
         fifo.shutdown(wait=False)
         self.executor = RankedExecutor(self.limit)
+        global _executor
+        _executor = self.executor
 
     def on_apply(
         self,

@@ -18,7 +18,7 @@ from worker.content.results import failure_result
 from worker.fetch.egress import deadline_scope
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
-from worker.jobs import extract_pool, freshness, notify, replay
+from worker.jobs import extract_pool, freshness, notify, replay, spare_tokens
 from worker.jobs.outcomes import Delivery, task_outcome
 from worker.ranked_gate import ranked
 from worker.reasons import Reason
@@ -145,10 +145,25 @@ def run_retrieval(retrieval_id: uuid.UUID) -> dict[str, Any]:
 
 
 def run_next_batch() -> dict[str, Any] | None:
-    """Process one batch-lane message: claim the next batch retrieval fairly, run it.
+    """Process one batch-lane message: claim the next batch retrieval fairly, run it; then, on
+    a threads worker with nothing else for this thread, take further tokens and run theirs
+    (`spare_tokens`). The first retrieval's outcome, with the others' under "then".
 
     None when there was nothing to claim (another token ran the retrieval this one stood for).
     """
+    first = _run_next_batch()
+    if first is None:
+        return None
+    then: list[dict[str, Any]] = []
+    while len(then) < spare_tokens.MAX_FOLLOW_ONS and spare_tokens.take():
+        outcome = _run_next_batch()
+        if outcome is None:  # the lane is empty: the token was a spare one
+            break
+        then.append(outcome)
+    return {**first, "then": then} if then else first
+
+
+def _run_next_batch() -> dict[str, Any] | None:
     lease = timedelta(seconds=get_settings().lease_seconds)
     with ranked(ranked_gate.BATCH):  # its turn for a connection comes after interactive work's
         claimed = db.with_transient_retry(
