@@ -208,14 +208,18 @@ def remember(claim: Claim, plan: Plan, result: Result, now: datetime) -> retriev
     is kept on `plan` for `settled` to count after the commit.
     """
 
-    def write(session: Session, evidence_id: uuid.UUID | None, revision: int | None) -> None:
+    def write(
+        session: Session, evidence_id: uuid.UUID | None, revision: int | None, written: bool
+    ) -> None:
         plan.outcome = None
         if evidence_id is None or revision is None or not has_content(result):
             return
         if plan.how == "reused":
             plan.outcome = "reused"
             return
-        new = sources.confirm(session, evidence_id, revision, now)
+        # A revision this settle wrote was first seen now, which is its last confirmation
+        # (`sources.LAST_CONFIRMED`): no UPDATE needed to say so.
+        new = written or sources.confirm(session, evidence_id, revision, now)
         validators = plan.validators if plan.how == "revalidated" else plan.fetcher.validators
         outcome = {
             "status": result["status"],

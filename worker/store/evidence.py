@@ -102,7 +102,24 @@ def record(
     now: datetime,
     images: Sequence[ImageRef] = (),
 ) -> tuple[uuid.UUID, int]:
-    """Upsert the evidence item for `result` and return (evidence_id, revision) it names.
+    """Upsert the evidence item for `result` and return (evidence_id, revision) it names."""
+    evidence_id, revision, _ = record_revision(
+        session, workspace_id, kind, requested_url, result, now, images
+    )
+    return evidence_id, revision
+
+
+def record_revision(
+    session: Session,
+    workspace_id: uuid.UUID,
+    kind: str,
+    requested_url: str,
+    result: Result,
+    now: datetime,
+    images: Sequence[ImageRef] = (),
+) -> tuple[uuid.UUID, int, bool]:
+    """Upsert the evidence item for `result`: (evidence_id, revision it names, whether this
+    call wrote that revision).
 
     A new revision is split into passages and its page's `images` recorded (read side).
     """
@@ -128,7 +145,7 @@ def record(
             _FIND_REVISION, {"b_evidence_id": item.id, "b_sha": digest}
         ).scalar_one_or_none()
         if existing is not None:
-            return item.id, int(existing)
+            return item.id, int(existing), False
     revision = 1 if created else item.latest_revision + 1
     session.execute(
         _INSERT_REVISION,
@@ -149,7 +166,7 @@ def record(
     from worker.store.read_index import index_revision
 
     index_revision(session, workspace_id, item.id, revision, result, images, new_item=created)
-    return item.id, revision
+    return item.id, revision, True
 
 
 def get_evidence(session: Session, evidence_id: uuid.UUID) -> Evidence | None:

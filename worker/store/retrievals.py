@@ -621,10 +621,11 @@ def settle(
     now: datetime,
     images: Sequence[ImageRef] = (),
     stored: tuple[uuid.UUID, int] | None = None,
-) -> tuple[uuid.UUID | None, int | None]:
+) -> tuple[uuid.UUID | None, int | None, bool]:
     """Record the outcome of `claim` in `session`'s transaction; raise `Fenced` if it lost.
 
-    Returns the evidence (item id, revision) the outcome names, (None, None) without content.
+    Returns the evidence (item id, revision) the outcome names, (None, None) without content,
+    and whether this settle wrote that revision.
     `stored` names the existing revision a result with content is (a reuse or a revalidation
     answers with a stored revision's content): nothing is written for it but the outcome.
 
@@ -635,10 +636,11 @@ def settle(
     leaves no trace. Lock order is always the evidence item, then the retrieval row.
     """
     evidence_id = revision = None
+    new = False
     if has_content(result) and stored is not None:
         evidence_id, revision = stored
     elif has_content(result):
-        evidence_id, revision = evidence.record(
+        evidence_id, revision, new = evidence.record_revision(
             session, claim.workspace_id, claim.kind, claim.url, result, now, images
         )
     won = session.execute(
@@ -655,11 +657,12 @@ def settle(
     if not rowcount(won):
         raise Fenced(str(claim.retrieval_id))
     webhooks.record_settled(session, [claim.retrieval_id], now)
-    return evidence_id, revision
+    return evidence_id, revision, new
 
 
-#: Work done in the settle's own transaction once it won: (session, evidence id, revision).
-AfterSettle = Callable[[Session, uuid.UUID | None, int | None], None]
+#: Work done in the settle's own transaction once it won: (session, evidence id, revision,
+#: whether the settle wrote that revision).
+AfterSettle = Callable[[Session, uuid.UUID | None, int | None, bool], None]
 
 
 def settle_claim(
@@ -678,9 +681,9 @@ def settle_claim(
     """
 
     def write(session: Session) -> None:
-        evidence_id, revision = settle(session, claim, result, now, images, stored)
+        evidence_id, revision, new = settle(session, claim, result, now, images, stored)
         if then is not None:
-            then(session, evidence_id, revision)
+            then(session, evidence_id, revision, new)
 
     try:
         db.with_transient_retry(write)
