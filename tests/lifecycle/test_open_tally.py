@@ -24,23 +24,24 @@ T = OpenTally.__table__.c  # type: ignore[attr-defined]
 
 
 def record(workspace: uuid.UUID, wanted: int, limit: int = LIMIT) -> int:
-    """Record as many of `wanted` single retrievals as the ceiling allows; how many it took."""
-
-    def write(session: Session) -> int:
-        taken = 0
-        for _ in range(wanted):
-            request = retrievals.NewRetrieval(
-                workspace, uuid.uuid4(), "https://example.org/", "url_text", None
+    """Record as many of `wanted` single retrievals as the ceiling allows, each in its own
+    transaction as the API does; how many it took."""
+    taken = 0
+    for _ in range(wanted):
+        request = retrievals.NewRetrieval(
+            workspace, uuid.uuid4(), "https://example.org/", "url_text", None
+        )
+        try:
+            db.with_transient_retry(
+                lambda s, r=request: retrievals.create_within_quota(  # type: ignore[misc]
+                    s, r, clock.now(), TTL, limit, 0
+                )
             )
-            try:
-                retrievals.create_within_quota(session, request, clock.now(), TTL, limit, 0)
-            except retrievals.OverQuota as refused:
-                assert refused.reason == retrievals.OVER_OPEN
-                continue
-            taken += 1
-        return taken
-
-    return db.with_transient_retry(write)
+        except retrievals.OverQuota as refused:
+            assert refused.reason == retrievals.OVER_OPEN
+            continue
+        taken += 1
+    return taken
 
 
 def tally(workspace: uuid.UUID) -> tuple[int, int] | None:
@@ -96,16 +97,17 @@ class TestTally:
         close(workspace, 3)
         assert tally(workspace) == (0, LIMIT)
         assert record(workspace, 5) == 3
-        assert tally(workspace) is None  # the last two found no room: counted to the ceiling
+        # The last two counted, found no room, and were rolled back with what they wrote:
+        # the tally is where the third left it, a bound at the ceiling (the next one counts).
+        assert tally(workspace) == (LIMIT - 3, 3)
         assert open_count(workspace) == LIMIT
 
     def test_a_lower_ceiling_applies_at_once(self, workspace: uuid.UUID) -> None:
         """The bound is compared with the ceiling of the moment: lowering it is never late."""
         assert record(workspace, 4) == 4
         assert record(workspace, 1, limit=3) == 0
-        # The count stopped at the ceiling, so it knows only "at least 3": no tally is kept
-        # from it, and raising the ceiling again counts afresh.
-        assert tally(workspace) is None
+        # Refused: nothing it wrote stays, and the bound (4) is still above the truth.
+        assert tally(workspace) == (0, 4)
         assert record(workspace, 10, limit=6) == 2
         assert open_count(workspace) == 6
 
@@ -134,3 +136,38 @@ class TestTally:
         assert {r.mutation_id for r in requests[:3]} == set(outcome.created)
         assert set(outcome.refused.values()) == {retrievals.OVER_OPEN}
         assert open_count(workspace) == LIMIT
+
+    def test_a_batch_at_the_ceiling_keeps_no_tally(self, workspace: uuid.UUID) -> None:
+        """A count that reached the ceiling knows only "at least that many": no bound is kept
+        from it, so a raised ceiling is counted afresh."""
+        assert record(workspace, LIMIT) == LIMIT
+        request = retrievals.NewRetrieval(
+            workspace, uuid.uuid4(), "https://example.org/", "url_text", None
+        )
+        outcome = db.with_transient_retry(
+            lambda s: retrievals.create_batch_within_quota(
+                s, workspace, [request], clock.now(), TTL, LIMIT, rate_room=100
+            )
+        )
+        assert outcome.refused == {request.mutation_id: retrievals.OVER_OPEN}
+        assert tally(workspace) is None
+        assert record(workspace, 3, limit=LIMIT + 2) == 2
+
+    def test_concurrent_requests_never_pass_the_ceiling(self, workspace: uuid.UUID) -> None:
+        """Eight threads racing 40 single creations, half the room closing meanwhile: the
+        workspace never has more open than the ceiling, and every created row is counted."""
+        import threading
+
+        taken: list[int] = []
+
+        def race() -> None:
+            taken.append(record(workspace, 5))
+
+        threads = [threading.Thread(target=race) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        close(workspace, 5)
+        for thread in threads:
+            thread.join(60)
+        assert open_count(workspace) <= LIMIT
+        assert LIMIT <= sum(taken) <= LIMIT + 5

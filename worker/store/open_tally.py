@@ -6,8 +6,11 @@ workspace's quota lock, so one busy workspace's requests queued behind each othe
 (`open_tally`) is an upper bound instead: the rows open at the last exact count plus every row
 recorded since. Retrievals leave the open states (settle, cancel, expiry) without touching it,
 so it can only over-estimate: while it shows room for a request, there is room. When it does
-not, the exact count decides and starts it again. Callers hold the workspace's quota lock
-(`retrievals.lock_workspace`), which orders every change to one workspace's tally.
+not, the exact count decides and starts it again, under the workspace's quota lock
+(`retrievals.lock_workspace`). A single retrieval reserves after its insert, without that lock:
+the tally row's own lock orders reservations, and is held only for the reservation and the
+commit (the quota lock was held through the whole creating transaction, and a busy
+workspace's requests queued on it).
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ _RESERVE = (
     .values(added=TALLY.c.added + sa.bindparam("b_n", type_=sa.Integer))
     .returning(TALLY.c.added)
 )
+_LOCK_ROW = (
+    sa.select(TALLY.c.counted)
+    .where(TALLY.c.workspace_id == sa.bindparam("b_workspace"))
+    .with_for_update()
+)
 _FORGET = sa.delete(TALLY).where(TALLY.c.workspace_id == sa.bindparam("b_workspace"))
 _OPEN_ROWS = (
     sa.select(sa.literal(1))
@@ -58,26 +66,51 @@ def _restart(dialect: str) -> sa.Insert:
     )
 
 
-def room(session: Session, workspace_id: uuid.UUID, wanted: int, open_limit: int) -> int:
-    """How many of `wanted` new retrievals fit under `open_limit` open ones; that many are
-    added to the tally (record at most that many; recording fewer only over-estimates)."""
-    if wanted <= 0:
-        return 0
+def reserve(session: Session, workspace_id: uuid.UUID, wanted: int, open_limit: int) -> bool:
+    """Add `wanted` to the tally if the bound stays within `open_limit`; False when it would
+    not (or the workspace has no tally yet): then only `recount` decides.
+
+    Needs no workspace lock: the UPDATE takes the tally row's lock until the commit, so
+    reservations of one workspace follow each other, each seeing the one before.
+    """
     params = {"b_workspace": workspace_id, "b_n": wanted, "b_limit": open_limit}
-    if session.execute(_RESERVE, params).first() is not None:
-        return wanted
-    exact = count(session, workspace_id, open_limit)
-    if exact >= open_limit:
+    return session.execute(_RESERVE, params).first() is not None
+
+
+def recount(
+    session: Session, workspace_id: uuid.UUID, wanted: int, open_limit: int, own: int = 0
+) -> int:
+    """How many of `wanted` fit under `open_limit`, from an exact count, and start the tally
+    again from it; `own`: rows this transaction recorded already (the count sees them).
+
+    The caller holds the workspace's quota lock. The tally row is locked first, so the count
+    runs after every transaction that reserved in it has ended and sees their rows; one that
+    recorded a row but has not reserved yet reserves after the new start, on top of it.
+    """
+    session.execute(_LOCK_ROW, {"b_workspace": workspace_id}).first()
+    others = count(session, workspace_id, open_limit + own) - own
+    if others >= open_limit:
         # Counted to the ceiling: "at least that many", too low for a bound. Keep none, so a
         # raised ceiling is counted afresh (at the ceiling every request counts anyway).
         session.execute(_FORGET, {"b_workspace": workspace_id})
         return 0
-    fits = min(wanted, open_limit - exact)
+    fits = min(wanted, open_limit - others)
     session.execute(
         _restart(db.dialect(session)),
-        {"b_workspace": workspace_id, "b_counted": exact, "b_added": fits},
+        {"b_workspace": workspace_id, "b_counted": others, "b_added": fits},
     )
     return fits
+
+
+def room(session: Session, workspace_id: uuid.UUID, wanted: int, open_limit: int) -> int:
+    """How many of `wanted` new retrievals fit under `open_limit` open ones; that many are
+    added to the tally (record at most that many; recording fewer only over-estimates). The
+    caller holds the workspace's quota lock."""
+    if wanted <= 0:
+        return 0
+    if reserve(session, workspace_id, wanted, open_limit):
+        return wanted
+    return recount(session, workspace_id, wanted, open_limit)
 
 
 _BOUND = sa.select(TALLY.c.counted + TALLY.c.added).where(

@@ -312,29 +312,44 @@ def create_within_quota(
     `rate_ok` says whether the write rate granted it (the caller asked Redis). A replay of a
     known mutation_id is answered whatever the quotas say: it adds nothing (it is how a client
     polls). A workspace with `interactive_limit` open interactive retrievals already is looping
-    over the single route: the new one joins the batch lane. Three statements for a new one
-    (lock, room under the ceiling from `open_tally`, the interactive lane's bounded count) and
-    the insert; a refusal reads whether it was a replay first.
+    over the single route: the new one joins the batch lane (a bounded count, read first: the
+    lane is advice, not a quota).
+
+    The row is inserted, then its room under the ceiling reserved in the workspace's tally
+    (`open_tally.reserve`: one UPDATE, whose row lock is the only wait between the
+    workspace's requests, and only until the commit). When the tally shows no room, the
+    workspace's quota lock is taken and the open rows counted; over the ceiling, `OverQuota`
+    rolls the insert back with the transaction.
     """
-    lock_workspace(session, request.workspace_id)
-    if rate_ok:
-        refusal = (
-            None if open_tally.room(session, request.workspace_id, 1, open_limit) else OVER_OPEN
-        )
-    else:
-        refusal = (
-            OVER_RATE if open_tally.fits(session, request.workspace_id, open_limit) else OVER_OPEN
-        )
-    if refusal is not None:
-        known = find_existing(session, request.workspace_id, [request.mutation_id])
-        row = known.get(request.mutation_id)
-        if row is None:
-            raise OverQuota(refusal)
-        check_same_request(row, request)
-        return row, False
+    if not rate_ok:
+        return _refused_unless_replay(session, request, open_limit)
     interactive = count_interactive(session, request.workspace_id, interactive_limit)
     lane = LANE_BATCH if interactive >= interactive_limit else LANE_INTERACTIVE
-    return create_retrieval(session, request, now, ttl, lane)
+    row, created = create_retrieval(session, request, now, ttl, lane)
+    if not created or open_tally.reserve(session, request.workspace_id, 1, open_limit):
+        return row, created
+    lock_workspace(session, request.workspace_id)
+    if not open_tally.recount(session, request.workspace_id, 1, open_limit, own=1):
+        # Undone here, not only by the rollback the exception causes: a caller that records
+        # several in one transaction and goes on after a refusal keeps nothing refused.
+        session.execute(sa.delete(Retrieval).where(RETRIEVAL.c.id == row.id))
+        raise OverQuota(OVER_OPEN)
+    return row, created
+
+
+def _refused_unless_replay(
+    session: Session, request: NewRetrieval, open_limit: int
+) -> tuple[RetrievalRow, bool]:
+    """Over the write rate: the known row of a replay, else `OverQuota` (over the ceiling too,
+    the ceiling's reason, as Retry-After is longer for it)."""
+    known = find_existing(session, request.workspace_id, [request.mutation_id])
+    row = known.get(request.mutation_id)
+    if row is not None:
+        check_same_request(row, request)
+        return row, False
+    lock_workspace(session, request.workspace_id)
+    fits = open_tally.fits(session, request.workspace_id, open_limit)
+    raise OverQuota(OVER_RATE if fits else OVER_OPEN)
 
 
 @dataclass
@@ -409,8 +424,20 @@ def _insert_many(
 
 
 def note_batch_work(session: Session, workspace_ids: Sequence[uuid.UUID]) -> None:
-    """Make sure each workspace has a schedule row (never served yet: it comes first)."""
-    rows = [{"workspace_id": w, "served_at": None} for w in dict.fromkeys(workspace_ids)]
+    """Make sure each workspace has a schedule row (never served yet: it comes first).
+
+    Read first: an INSERT that meets an existing row waits for whichever claim is updating
+    it (its `served_at`) to commit, and a busy workspace's row is almost always being updated.
+    """
+    wanted = list(dict.fromkeys(workspace_ids))
+    if not wanted:
+        return
+    known = set(
+        session.execute(
+            sa.select(SCHEDULE.c.workspace_id).where(SCHEDULE.c.workspace_id.in_(wanted))
+        ).scalars()
+    )
+    rows = [{"workspace_id": w, "served_at": None} for w in wanted if w not in known]
     if rows:
         session.execute(db.insert_for(db.dialect(session))(SCHEDULE).on_conflict_do_nothing(), rows)
 
