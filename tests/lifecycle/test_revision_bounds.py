@@ -42,7 +42,7 @@ def evidence_id(workspace: uuid.UUID) -> uuid.UUID:
     url = f"https://example.org/bounds/{uuid.uuid4().hex}"
     content = Content(text="Notes on the river.", source_url=url, content_kind="document_text")
     result = content_result("url_text", content, clock.now())
-    stored, _ = db.with_transient_retry(
+    stored, _, _ = db.with_transient_retry(
         lambda s: evidence.record(s, workspace, "url_text", url, result, clock.now())
     )
     return stored

@@ -32,7 +32,7 @@ def record(workspace: uuid.UUID, url: str, kind: Kind, content: Content) -> tupl
     result = content_result(kind, content, clock.now())
     return db.with_transient_retry(
         lambda s: evidence.record(s, workspace, kind, url, result, clock.now())
-    )
+    )[:2]
 
 
 def page(workspace: uuid.UUID, texts: Sequence[str], title: str = "Lake") -> uuid.UUID:

@@ -39,7 +39,7 @@ def _record(workspace: uuid.UUID, marker: str) -> uuid.UUID:
         content_kind="document_text",
     )
     result = content_result("url_text", content, clock.now())
-    evidence_id, _ = db.with_transient_retry(
+    evidence_id, _, _ = db.with_transient_retry(
         lambda s: evidence.record(s, workspace, "url_text", url, result, clock.now())
     )
     return evidence_id
@@ -84,7 +84,7 @@ class TestPerWorkspace:
             result = content_result("url_text", content, clock.now())
             return db.with_transient_retry(
                 lambda s: evidence.record(s, workspace, "url_text", url, result, clock.now())
-            )
+            )[:2]
 
         evidence_id, revision = store("First version of the notes.")
         again, revised = store("Second version of the notes, changed.")

@@ -13,7 +13,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
@@ -93,6 +93,15 @@ _SET_LATEST = (
 )
 
 
+class Recorded(NamedTuple):
+    """The evidence revision a result with content names."""
+
+    evidence_id: uuid.UUID
+    revision: int
+    #: Whether this call wrote that revision (False: identical content was stored already).
+    written: bool
+
+
 def record(
     session: Session,
     workspace_id: uuid.UUID,
@@ -101,25 +110,9 @@ def record(
     result: Result,
     now: datetime,
     images: Sequence[ImageRef] = (),
-) -> tuple[uuid.UUID, int]:
-    """Upsert the evidence item for `result` and return (evidence_id, revision) it names."""
-    evidence_id, revision, _ = record_revision(
-        session, workspace_id, kind, requested_url, result, now, images
-    )
-    return evidence_id, revision
-
-
-def record_revision(
-    session: Session,
-    workspace_id: uuid.UUID,
-    kind: str,
-    requested_url: str,
-    result: Result,
-    now: datetime,
-    images: Sequence[ImageRef] = (),
-) -> tuple[uuid.UUID, int, bool]:
-    """Upsert the evidence item for `result`: (evidence_id, revision it names, whether this
-    call wrote that revision).
+) -> Recorded:
+    """Upsert the evidence item for `result`, and write its revision unless identical content
+    is stored already.
 
     A new revision is split into passages and its page's `images` recorded (read side).
     """
@@ -145,7 +138,7 @@ def record_revision(
             _FIND_REVISION, {"b_evidence_id": item.id, "b_sha": digest}
         ).scalar_one_or_none()
         if existing is not None:
-            return item.id, int(existing), False
+            return Recorded(item.id, int(existing), False)
     revision = 1 if created else item.latest_revision + 1
     session.execute(
         _INSERT_REVISION,
@@ -166,7 +159,7 @@ def record_revision(
     from worker.store.read_index import index_revision
 
     index_revision(session, workspace_id, item.id, revision, result, images, new_item=created)
-    return item.id, revision, True
+    return Recorded(item.id, revision, True)
 
 
 def get_evidence(session: Session, evidence_id: uuid.UUID) -> Evidence | None:

@@ -667,7 +667,7 @@ def settle(
     if has_content(result) and stored is not None:
         evidence_id, revision = stored
     elif has_content(result):
-        evidence_id, revision, new = evidence.record_revision(
+        evidence_id, revision, new = evidence.record(
             session, claim.workspace_id, claim.kind, claim.url, result, now, images
         )
     won = session.execute(
