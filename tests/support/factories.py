@@ -162,11 +162,18 @@ class Api:
             time.sleep(0.1)
 
 
-def parked(workspace: uuid.UUID, count: int = 1, url: str = "https://example.org/") -> list[str]:
+def parked(
+    workspace: uuid.UUID,
+    count: int = 1,
+    url: str = "https://example.org/",
+    lane: str = "interactive",
+    urls: list[str] | None = None,
+) -> list[str]:
     """Pending retrievals no worker will run while a test looks at them.
 
-    Recorded as the API records them, then marked published far in the future, so the sweep
-    does not publish them either; they stay pending until a test settles or cancels them.
+    Recorded as the API records them (in `lane`; of `urls` when given, else `count` of `url`),
+    then marked published far in the future, so the sweep does not publish them either; they
+    stay pending until a test settles, cancels or runs them.
     """
     from datetime import timedelta
 
@@ -178,16 +185,18 @@ def parked(workspace: uuid.UUID, count: int = 1, url: str = "https://example.org
 
     def record(session: Any) -> list[uuid.UUID]:
         now = clock.now()
+        wanted = urls or [url] * count
         rows = [
             retrievals.create_retrieval(
                 session,
-                retrievals.NewRetrieval(workspace, uuid.uuid4(), url, "url_text", None),
-                now,
+                retrievals.NewRetrieval(workspace, uuid.uuid4(), each, "url_text", None),
+                now + timedelta(microseconds=n),  # the batch lane runs them in this order
                 timedelta(hours=1),
+                lane,
             )[0]
-            for _ in range(count)
+            for n, each in enumerate(wanted)
         ]
-        open_tally.room(session, workspace, count, 10**9)  # counted as the API counts them
+        open_tally.room(session, workspace, len(rows), 10**9)  # counted as the API counts them
         ids = [row.id for row in rows]
         T = Retrieval.__table__.c  # type: ignore[attr-defined]
         session.execute(

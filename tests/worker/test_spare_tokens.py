@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
 
 import pytest
 import redis
-from sqlalchemy.orm import Session
 
 from tests.conftest import Env
+from tests.support.factories import parked
 from tests.support.pages import article
 from tests.support.tls_site import TLSSite
 from worker.jobs import lane_pool, runner, spare_tokens
@@ -119,44 +118,12 @@ def test_a_batch_task_runs_the_retrievals_of_the_tokens_it_takes(
     settles all three retrievals, and reports the two follow-ons under "then"."""
     workspace = uuid.uuid4()
     urls = [site.page(f"/spare/{uuid.uuid4().hex}", article(f"Spare {n}")) for n in range(3)]
-    ids = record_batch(workspace, urls)
+    ids = parked(workspace, lane="batch", urls=urls)
     queues.lpush(BATCH_QUEUE, "token-2", "token-3")
     outcome = runner.run_next_batch()
     assert outcome is not None
     assert len(outcome["then"]) == 2
     ran = {outcome["retrieval_id"], *(o["retrieval_id"] for o in outcome["then"])}
-    assert ran == {str(i) for i in ids}
+    assert ran == set(ids)
     assert {o["state"] for o in [outcome, *outcome["then"]]} == {"completed"}
     assert queues.llen(BATCH_QUEUE) == 0
-
-
-def record_batch(workspace: uuid.UUID, urls: list[str]) -> list[uuid.UUID]:
-    """Pending batch-lane retrievals that no broker message stands for (published far ahead,
-    so the sweep leaves them too): only the tokens this test pushes run them."""
-    import sqlalchemy as sa
-
-    from worker import clock
-    from worker.store import db, retrievals
-    from worker.store.models import LANE_BATCH, Retrieval
-
-    def write(session: Session) -> list[uuid.UUID]:
-        now = clock.now()
-        rows = [
-            retrievals.create_retrieval(
-                session,
-                retrievals.NewRetrieval(workspace, uuid.uuid4(), url, "url_text", None),
-                now + timedelta(microseconds=n),
-                timedelta(hours=1),
-                LANE_BATCH,
-            )[0]
-            for n, url in enumerate(urls)
-        ]
-        retrievals.note_batch_work(session, [workspace])
-        ids = [row.id for row in rows]
-        T = Retrieval.__table__.c  # type: ignore[attr-defined]
-        session.execute(
-            sa.update(Retrieval).where(T.id.in_(ids)).values(published_at=now + timedelta(days=1))
-        )
-        return ids
-
-    return db.with_transient_retry(write)
