@@ -347,9 +347,10 @@ def _refused_unless_replay(
     if row is not None:
         check_same_request(row, request)
         return row, False
-    lock_workspace(session, request.workspace_id)
-    fits = open_tally.fits(session, request.workspace_id, open_limit)
-    raise OverQuota(OVER_RATE if fits else OVER_OPEN)
+    # Only the refusal's reason: a read, no lock (nothing is written).
+    raise OverQuota(
+        OVER_RATE if open_tally.fits(session, request.workspace_id, open_limit) else OVER_OPEN
+    )
 
 
 @dataclass
