@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     time_limit_margin_seconds: float = Field(default=10.0, gt=0)
     user_agent: str = DEFAULT_USER_AGENT
     robots_txt: bool = True
+    #: Fetches of one host at once across every worker (Scrapy's default per domain is 8 too).
+    fetch_per_host_limit: int = Field(default=8, ge=1, le=64)
 
     # Processes.
     #: Connections each process keeps open to PostgreSQL (plus as many again in bursts).

@@ -509,12 +509,12 @@ class TestClose:
     ) -> None:
         fetcher = make(redis_url=private_redis.url)
         fetcher.fetch(site.page("/close", "<p>bye</p>"))
-        pool = fetcher.client._transport.pool
-        assert len(pool.connections) == 1, "the keep-alive connection is pooled"
+        transport = fetcher.client._transport
+        assert len(transport.connections) == 1, "the keep-alive connection is pooled"
         with redis.Redis.from_url(private_redis.url) as observer:
             assert len(other_clients(observer)) == 1, "politeness asked Redis"
             fetcher.close()
-            assert fetcher.client.is_closed and pool.connections == []
+            assert fetcher.client.is_closed and transport.connections == []
             wait_for(lambda: not other_clients(observer), timeout=5, interval=0.05)
 
     def test_a_politeness_passed_in_stays_open(
@@ -529,6 +529,78 @@ class TestClose:
         with redis.Redis.from_url(private_redis.url) as observer:
             assert len(other_clients(observer)) == 1
         politeness.state.close()
+
+
+def test_the_per_host_limit_is_the_setting(make: Any) -> None:
+    """`EVIDENCE_FETCH_PER_HOST_LIMIT` bounds a host's fetches and its kept-alive connections."""
+    fetcher = make(fetch_per_host_limit=3)
+    assert fetcher.politeness.per_host_limit == 3
+    assert fetcher.politeness.local.limit == 3
+    pool = fetcher.client._transport._make_pool()
+    assert pool._max_keepalive_connections == 3
+    pool.close()
+
+
+class TestOriginPools:
+    """One connection pool per origin, so a pool's per-request scan covers one host's few
+    connections; a pool that served nothing for the keep-alive expiry is closed."""
+
+    def test_each_origin_keeps_its_own_connections(self, site: TLSSite, make: Any) -> None:
+        fetcher = make()
+        for host in ("127.0.0.1", "127.0.0.1", "site.test", "site.test"):
+            site.page("/pooled", "<p>pooled</p>")
+            assert fetcher.fetch(site.url("/pooled", host=host)).status_code == 200
+        transport = fetcher.client._transport
+        hosts = sorted(host.decode() for _, host, _ in transport._pools)
+        assert hosts == ["127.0.0.1", "site.test"]
+        # Two fetches of one origin, one after the other, reuse its kept-alive connection.
+        assert len(transport.connections) == 2
+        assert all(len(entry.pool.connections) == 1 for entry in transport._pools.values())
+
+    def test_an_idle_origin_is_closed_after_the_keepalive_expiry(
+        self, site: TLSSite, make: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr("worker.fetch.fetcher.KEEPALIVE_EXPIRY_SECONDS", 0.2)
+        fetcher = make()
+        site.page("/idle", "<p>idle</p>")
+        fetcher.fetch(site.url("/idle", host="site.test"))
+        transport = fetcher.client._transport
+        (first,) = transport.connections
+        time.sleep(0.3)
+        fetcher.fetch(site.url("/idle", host="127.0.0.1"))
+        hosts = [host for _, host, _ in transport._pools]
+        assert hosts == [b"127.0.0.1"], "the origin unused for the expiry was dropped"
+        assert first.is_closed() and first not in transport.connections
+
+    def test_an_origin_with_a_response_open_is_kept(
+        self, site: TLSSite, make: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A body still being read holds its pool, however old: it is dropped once closed."""
+        monkeypatch.setattr("worker.fetch.fetcher.KEEPALIVE_EXPIRY_SECONDS", 0.2)
+        fetcher = make()
+        site.page("/open", "<p>open</p>")
+        client = fetcher.client
+        request = client.build_request("GET", site.url("/open", host="site.test"))
+        streaming = client.send(request, stream=True)
+        time.sleep(0.3)
+        fetcher.fetch(site.url("/open", host="127.0.0.1"))
+        assert len(client._transport._pools) == 2, "the open response's origin stays"
+        assert streaming.read() == b"<p>open</p>"
+        streaming.close()
+        time.sleep(0.3)
+        fetcher.fetch(site.url("/open", host="127.0.0.1"))
+        assert [h for _, h, _ in client._transport._pools] == [b"127.0.0.1"]
+
+    def test_a_closed_transport_refuses_requests(self, site: TLSSite, make: Any) -> None:
+        fetcher = make()
+        site.page("/after", "<p>after</p>")
+        fetcher.fetch(site.url("/after"))
+        fetcher.close()
+        with pytest.raises(RuntimeError):
+            fetcher.client._transport.handle_request(
+                fetcher.client.build_request("GET", site.url("/after"))
+            )
+        assert fetcher.client._transport.connections == []
 
 
 def test_deadline_scope_inside_another_never_extends_it() -> None:

@@ -18,12 +18,12 @@ def used_fetcher(site: TLSSite) -> Fetcher:
     """The process's fetcher after one fetch, with its keep-alive connection pooled."""
     fetcher = runner.get_fetcher()
     fetcher.fetch(site.page(f"/process/{uuid.uuid4().hex}", "<p>pooled</p>"))
-    assert len(fetcher.client._transport.pool.connections) == 1  # type: ignore[attr-defined]
+    assert len(fetcher.client._transport.connections) == 1  # type: ignore[attr-defined]
     return fetcher
 
 
 def closed(fetcher: Fetcher) -> bool:
-    return fetcher.client.is_closed and not fetcher.client._transport.pool.connections  # type: ignore[attr-defined]
+    return fetcher.client.is_closed and not fetcher.client._transport.connections  # type: ignore[attr-defined]
 
 
 def test_close_fetcher_closes_it_and_the_next_is_fresh(site: TLSSite) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -192,51 +193,132 @@ class GuardedBackend(httpcore.NetworkBackend):
 
 
 class _ResponseStream(httpx.SyncByteStream):
-    """httpcore's response body as an httpx stream."""
+    """httpcore's response body as an httpx stream; `done` runs once when it is closed."""
 
-    def __init__(self, stream: Iterable[bytes]) -> None:
+    def __init__(self, stream: Iterable[bytes], done: Callable[[], None]) -> None:
         self._stream = stream
+        self._done: Callable[[], None] | None = done
 
     def __iter__(self) -> Iterator[bytes]:
         yield from self._stream
 
     def close(self) -> None:
-        close = getattr(self._stream, "close", None)
-        if close is not None:
-            close()
+        try:
+            close = getattr(self._stream, "close", None)
+            if close is not None:
+                close()
+        finally:
+            done, self._done = self._done, None
+            if done is not None:
+                done()
 
 
-class GuardedTransport(httpx.BaseTransport):
-    """An httpx transport over a pooled httpcore connection pool using `GuardedBackend`."""
+Origin = tuple[bytes, bytes, int | None]
+
+
+class _OriginPool:
+    """One origin's connection pool, with the requests it serves now and when it last did."""
+
+    __slots__ = ("pool", "in_use", "used_at")
 
     def __init__(self, pool: httpcore.ConnectionPool) -> None:
         self.pool = pool
+        self.in_use = 0
+        self.used_at = time.monotonic()
+
+
+class GuardedTransport(httpx.BaseTransport):
+    """An httpx transport over one httpcore connection pool per origin, all dialling through
+    `GuardedBackend`.
+
+    httpcore's pool scans every connection it holds, once per connection, each time a request
+    starts or ends (encode/httpcore#1035): with one pool for 128 keep-alive connections over
+    16 hosts that was several milliseconds of interpreter time per fetch, under the pool's
+    lock. A pool per origin holds at most that host's share (the politeness limit bounds the
+    fetches of one host at once), so the scan is over a handful. A pool that served nothing
+    for its keep-alive expiry is closed, so a batch over thousands of hosts keeps no sockets.
+    """
+
+    def __init__(self, make_pool: Callable[[], httpcore.ConnectionPool], idle_seconds: float):
+        self._make_pool = make_pool
+        self._idle_seconds = idle_seconds
+        self._pools: dict[Origin, _OriginPool] = {}
+        self._lock = threading.Lock()
+        self._pruned_at = time.monotonic()
+        self._closed = False
+
+    @property
+    def connections(self) -> list[httpcore.ConnectionInterface]:
+        """Every pooled connection, across origins."""
+        with self._lock:
+            pools = [entry.pool for entry in self._pools.values()]
+        return [c for pool in pools for c in pool.connections]
+
+    def _checkout(self, origin: Origin) -> _OriginPool:
+        now = time.monotonic()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the transport is closed")
+            entry = self._pools.get(origin)
+            if entry is None:
+                entry = self._pools[origin] = _OriginPool(self._make_pool())
+            entry.in_use += 1
+            entry.used_at = now
+            idle = self._idle_pools(now) if now - self._pruned_at >= self._idle_seconds else []
+        for pool in idle:
+            pool.close()
+        return entry
+
+    def _idle_pools(self, now: float) -> list[httpcore.ConnectionPool]:
+        """Pools with nothing in flight and unused for the keep-alive expiry, taken out."""
+        self._pruned_at = now
+        stale = [
+            origin
+            for origin, entry in self._pools.items()
+            if entry.in_use == 0 and now - entry.used_at >= self._idle_seconds
+        ]
+        return [self._pools.pop(origin).pool for origin in stale]
+
+    def _checkin(self, entry: _OriginPool) -> None:
+        with self._lock:
+            entry.in_use -= 1
+            entry.used_at = time.monotonic()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         assert isinstance(request.stream, httpx.SyncByteStream)
+        url = httpcore.URL(
+            scheme=request.url.raw_scheme,
+            host=request.url.raw_host,
+            port=request.url.port,
+            target=request.url.raw_path,
+        )
         core_request = httpcore.Request(
             method=request.method,
-            url=httpcore.URL(
-                scheme=request.url.raw_scheme,
-                host=request.url.raw_host,
-                port=request.url.port,
-                target=request.url.raw_path,
-            ),
+            url=url,
             headers=request.headers.raw,
             content=request.stream,
             extensions=request.extensions,
         )
-        response = self.pool.handle_request(core_request)
+        entry = self._checkout((url.scheme, url.host, url.port))
+        try:
+            response = entry.pool.handle_request(core_request)
+        except BaseException:
+            self._checkin(entry)
+            raise
         assert isinstance(response.stream, Iterable)
         return httpx.Response(
             status_code=response.status,
             headers=response.headers,
-            stream=_ResponseStream(response.stream),
+            stream=_ResponseStream(response.stream, lambda: self._checkin(entry)),
             extensions=response.extensions,
         )
 
     def close(self) -> None:
-        self.pool.close()
+        with self._lock:
+            self._closed = True
+            pools, self._pools = [e.pool for e in self._pools.values()], {}
+        for pool in pools:
+            pool.close()
 
 
 class BodyDecoder:
@@ -313,18 +395,23 @@ def guarded_client(
     """The one way the service talks to the outside world: an HTTP/1.1 client that dials only
     through `backend` (a `GuardedBackend`: checked addresses), verifies TLS, follows no
     redirect by itself (the caller checks each hop) and ignores the environment's proxies and
-    certificates. No cap on connections unless given: what calls it bounds them."""
-    pool = httpcore.ConnectionPool(
-        ssl_context=tls_context(ca_bundle),
-        max_connections=max_connections,
-        max_keepalive_connections=max_keepalive,
-        keepalive_expiry=keepalive_expiry,
-        http1=True,
-        http2=False,
-        network_backend=backend,
-    )
+    certificates. Connections are pooled per origin, `max_keepalive` idle ones (and at most
+    `max_connections`, when given) per origin; what calls it bounds the rest."""
+    context = tls_context(ca_bundle)
+
+    def make_pool() -> httpcore.ConnectionPool:
+        return httpcore.ConnectionPool(
+            ssl_context=context,
+            max_connections=max_connections,
+            max_keepalive_connections=max_keepalive,
+            keepalive_expiry=keepalive_expiry,
+            http1=True,
+            http2=False,
+            network_backend=backend,
+        )
+
     return httpx.Client(
-        transport=GuardedTransport(pool),
+        transport=GuardedTransport(make_pool, keepalive_expiry),
         timeout=httpx.Timeout(read_timeout, connect=connect_timeout, pool=connect_timeout),
         headers=headers,
         follow_redirects=False,

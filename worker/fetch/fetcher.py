@@ -39,9 +39,8 @@ MAX_RESPONSE_HEADERS = 256
 REDIRECT_DRAIN_BYTES = 16 * 1024
 #: Raw (still encoded) bytes read at most, as a multiple of the decoded byte bound.
 RAW_BYTES_FACTOR = 2
-#: Pooled connections kept alive, and for how long, in seconds. A worker keeps hundreds of
-#: retrievals in flight, up to the per-host limit on each of many hosts at once.
-MAX_KEEPALIVE_CONNECTIONS = 128
+#: How long an idle pooled connection is kept, in seconds. Each host keeps up to its
+#: politeness limit of them (`EVIDENCE_FETCH_PER_HOST_LIMIT`: no more of its fetches run at once).
 KEEPALIVE_EXPIRY_SECONDS = 30.0
 
 #: How long past the fetch deadline a politeness slot outlives its holder, in seconds.
@@ -83,7 +82,7 @@ class Fetcher:
                 "Accept": ACCEPT,
                 "Accept-Encoding": ACCEPT_ENCODING,
             },
-            max_keepalive=MAX_KEEPALIVE_CONNECTIONS,
+            max_keepalive=settings.fetch_per_host_limit,
             keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
         )
         # Politeness passed in belongs to the caller; the Redis client made here is closed here.
@@ -94,7 +93,11 @@ class Fetcher:
             # a slot left behind by a killed worker (with up to the per-host limit of each
             # host's slots when it ran hundreds of fetches) frees soon after, not minutes later.
             lease = settings.fetch_total_timeout_seconds + SLOT_LEASE_MARGIN_SECONDS
-            politeness = Politeness(self._own_state, slot_lease_seconds=lease)
+            politeness = Politeness(
+                self._own_state,
+                per_host_limit=settings.fetch_per_host_limit,
+                slot_lease_seconds=lease,
+            )
         self.politeness = politeness
         self.robots = RobotsPolicy(self.politeness.state, settings.user_agent, self._fetch_robots)
 

@@ -25,8 +25,8 @@ from worker.reasons import Reason
 
 log = structlog.get_logger(__name__)
 
-#: Fetches of one host allowed at once across the fleet.
-DEFAULT_PER_HOST_LIMIT = 4
+#: Fetches of one host allowed at once across the fleet (`EVIDENCE_FETCH_PER_HOST_LIMIT`).
+DEFAULT_PER_HOST_LIMIT = 8
 #: How long a slot survives a crashed holder, in seconds.
 DEFAULT_SLOT_LEASE_SECONDS = 120.0
 #: Poll interval while waiting for a slot, in seconds.

@@ -26,6 +26,7 @@ from worker.settings import Settings
 MAX_RESPONSE_BYTES = 1024
 #: Characters of that answer kept in `last_error`.
 ERROR_SNIPPET_CHARS = 200
+#: Idle connections kept per receiving origin, and for how long, in seconds.
 MAX_KEEPALIVE_CONNECTIONS = 16
 KEEPALIVE_EXPIRY_SECONDS = 30.0
 
