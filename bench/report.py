@@ -26,11 +26,17 @@ class Runs:
     cpu_per: list[float] = field(default_factory=list)  # its own CPU seconds per retrieval
     site_cpu_per: list[float] = field(default_factory=list)  # the fixture site's, per retrieval
     split: list[dict[str, float]] = field(default_factory=list)  # service only
+    #: Share of the machine's cores busy during each run (every process, not only its own).
+    busy: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def median(self) -> float:
         return statistics.median(self.rps) if self.rps else 0.0
+
+    def busy_share(self) -> str:
+        """The median share of the machine busy during a run, "-" when not measured."""
+        return f"{statistics.median(self.busy) * 100:.0f} %" if self.busy else "-"
 
     def spread(self) -> str:
         """ "median (min–max, n)"."""
@@ -57,12 +63,21 @@ def table(results: list[Runs], limit: Runs) -> Table:
     for column in ("contender", "latency ms", "retrievals/s", "× limit", "CPU ms/retrieval"):
         out.add_column(column, justify="left" if column == "contender" else "right")
     out.add_column("of which site")
+    out.add_column("machine busy", justify="right")
     for runs in [limit, *results]:
         cpu = statistics.fmean(runs.cpu_per) if runs.cpu_per else 0.0
         site = statistics.fmean(runs.site_cpu_per) if runs.site_cpu_per else 0.0
         ratio = runs.median / limit.median if limit.median else 0.0
         latency = "-" if runs.name == "limit" else label(runs.latency_ms)
-        out.add_row(runs.name, latency, runs.spread(), f"{ratio:.2f}", ms(cpu + site), ms(site))
+        out.add_row(
+            runs.name,
+            latency,
+            runs.spread(),
+            f"{ratio:.2f}",
+            ms(cpu + site),
+            ms(site),
+            runs.busy_share(),
+        )
     return out
 
 
@@ -92,6 +107,8 @@ def summary(results: list[Runs], limit: Runs) -> dict[str, Any]:
                 continue
             line[f"{name}_rps{suffix}"] = round(runs.median, 2)
             line[f"{name}_runs{suffix}"] = [round(v, 2) for v in runs.rps]
+            if runs.busy:
+                line[f"{name}_machine_busy{suffix}"] = round(statistics.median(runs.busy), 3)
         service = by.get(("service", latency))
         if service is None:
             continue

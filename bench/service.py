@@ -45,6 +45,7 @@ class Batch:
     probe: dict[str, float]  # worker children's CPU split (bench.probe)
     rss: procstat.MemorySampler
     in_flight: int  # most retrievals of the batch `running` at once (sampled)
+    busy: float  # share of the machine's cores busy while any of them ran (sampled)
 
 
 class Stack:
@@ -210,6 +211,7 @@ class Stack:
             probe=probe,
             rss=sampler,
             in_flight=in_flight.peak,
+            busy=in_flight.busy_share(),
         )
 
     def _postgres_cpu(self) -> dict[int, float]:
@@ -244,11 +246,14 @@ class Stack:
 
 
 class InFlight:
-    """Samples how many of a workspace's retrievals are `running`, twice a second."""
+    """Samples how many of a workspace's retrievals are `running`, twice a second, and how
+    busy the machine was meanwhile."""
 
     def __init__(self, database_url: str, workspace: str) -> None:
         self.url = database_url.replace("postgresql+psycopg://", "postgresql://")
         self.workspace, self.peak = workspace, 0
+        #: (monotonic seconds, the machine's busy CPU seconds, retrievals running) per sample.
+        self.samples: list[tuple[float, float, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -260,10 +265,20 @@ class InFlight:
                     (self.workspace,),
                 ).fetchone() or (0,)
                 self.peak = max(self.peak, int(count))
+                self.samples.append((time.monotonic(), procstat.machine_cpu(), int(count)))
 
     def start(self) -> InFlight:
         self._thread.start()
         return self
+
+    def busy_share(self) -> float:
+        """The share of the machine's cores busy from the first to the last sample that saw a
+        retrieval running (the client's start-up and its last poll's wait left out)."""
+        active = [i for i, (_, _, running) in enumerate(self.samples) if running]
+        if len(active) < 2:
+            return 0.0
+        (t0, cpu0, _), (t1, cpu1, _) = self.samples[active[0]], self.samples[active[-1]]
+        return (cpu1 - cpu0) / ((t1 - t0) * (os.cpu_count() or 1))
 
     def stop(self) -> None:
         self._stop.set()

@@ -95,8 +95,17 @@ class Site:
         self.proc.wait(10)
 
 
-def timed_child(args: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """Run a command: (wall seconds, CPU seconds of it and its reaped children, stdout)."""
+def busy_share(machine_cpu_seconds: float, seconds: float) -> float:
+    """The share of the machine's cores that were busy over `seconds` of wall time."""
+    return machine_cpu_seconds / (seconds * (os.cpu_count() or 1)) if seconds > 0 else 0.0
+
+
+def timed_child(
+    args: list[str], env: dict[str, str] | None = None, runs: Runs | None = None
+) -> tuple[float, float, str]:
+    """Run a command: (wall seconds, CPU seconds of it and its reaped children, stdout); the
+    machine's busy share over its whole run (start-up included) goes to `runs`."""
+    machine = procstat.machine_cpu()
     started = time.perf_counter()
     proc = subprocess.Popen(
         args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
@@ -106,6 +115,8 @@ def timed_child(args: list[str], env: dict[str, str] | None = None) -> tuple[flo
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - started
+    if runs is not None:
+        runs.busy.append(busy_share(procstat.machine_cpu() - machine, seconds))
     return seconds, usage.ru_utime + usage.ru_stime, out
 
 
@@ -114,7 +125,7 @@ def run_peer(site: Site, runs: Runs, pages: int, extract: str = "service") -> No
     before = site.cpu()
     args = [sys.executable, "-m", "bench.peer_async", str(site.urls), "--ca", site.info["ca"]]
     args += ["--extract", extract]
-    _, cpu, out = timed_child(args)
+    _, cpu, out = timed_child(args, runs=runs)
     result = json.loads(out.strip().splitlines()[-1])
     assert result["ok"] == pages, f"peer extracted {result['ok']} of {pages}"
     runs.rps.append(result["rps"])
@@ -131,7 +142,7 @@ def run_cli(site: Site, runs: Runs, pages: int, tmp: Path) -> None:
     args += ["--config-file", str(config), "--parallel", str(os.cpu_count())]
     args += ["--precision", "--fast", "--no-comments"]  # the service's extraction options
     env = os.environ | {"BENCH_CA_BUNDLE": str(site.bundle)}
-    seconds, cpu, out = timed_child(args, env)
+    seconds, cpu, out = timed_child(args, env, runs)
     runs.rps.append(pages / seconds)
     runs.cpu_per.append(cpu / pages)
     runs.site_cpu_per.append((site.cpu() - before) / pages)
@@ -146,6 +157,7 @@ def run_service(stack: Stack, site: Site, runs: Runs, pages: int, poll: float) -
     assert batch.pages == pages, f"service settled {batch.pages} of {pages}: {batch.states}"
     runs.rps.append(pages / batch.seconds)
     probe, cpu = batch.probe, batch.cpu
+    runs.busy.append(batch.busy)
     tasks_cpu = probe.get("task", 0.0)
     pool_cpu = cpu.get("extract_pool", 0.0)  # a threads-pool worker's extraction processes
     worker_other = cpu.get("worker", 0.0) - tasks_cpu - pool_cpu
