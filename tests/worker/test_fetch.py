@@ -16,7 +16,7 @@ import redis
 
 from tests.support import hostile
 from tests.support.services import RedisServer, wait_for
-from tests.support.tls_site import Page, TLSSite
+from tests.support.tls_site import Page, TLSSite, send
 from worker.fetch.errors import parse_retry_after
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.media import ALLOWED_MIME_TYPES, parse_content_type
@@ -529,6 +529,24 @@ class TestClose:
         with redis.Redis.from_url(private_redis.url) as observer:
             assert len(other_clients(observer)) == 1
         politeness.state.close()
+
+
+def test_no_cookie_is_kept_or_sent(site: TLSSite, make: Any) -> None:
+    """One fetcher serves every workspace: a cookie a page set must not ride on the next fetch
+    of that host (another tenant's, perhaps)."""
+    sent: list[str | None] = []
+
+    def echo(handler: BaseHTTPRequestHandler) -> None:
+        sent.append(handler.headers.get("Cookie"))
+        send(handler, Page(b"<p>echo</p>", "text/html", 200, {}))
+
+    site.page("/login", "<p>hi</p>", headers={"Set-Cookie": "session=tenant-a; Path=/"})
+    site.add("/echo", echo)
+    fetcher = make()
+    fetcher.fetch(site.url("/login"))
+    fetcher.fetch(site.url("/echo"))
+    assert sent == [None]
+    assert len(fetcher.client.cookies.jar) == 0
 
 
 def test_the_per_host_limit_is_the_setting(make: Any) -> None:

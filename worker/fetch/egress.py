@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from contextvars import ContextVar
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import brotli
@@ -395,8 +396,9 @@ def guarded_client(
     """The one way the service talks to the outside world: an HTTP/1.1 client that dials only
     through `backend` (a `GuardedBackend`: checked addresses), verifies TLS, follows no
     redirect by itself (the caller checks each hop) and ignores the environment's proxies and
-    certificates. Connections are pooled per origin, `max_keepalive` idle ones (and at most
-    `max_connections`, when given) per origin; what calls it bounds the rest."""
+    certificates, and keeps no cookie. Connections are pooled per origin, `max_keepalive`
+    idle ones (and at most `max_connections`, when given) per origin; what calls it bounds
+    the rest."""
     context = tls_context(ca_bundle)
 
     def make_pool() -> httpcore.ConnectionPool:
@@ -412,6 +414,9 @@ def guarded_client(
 
     return httpx.Client(
         transport=GuardedTransport(make_pool, keepalive_expiry),
+        # One client serves every workspace: a cookie one fetch was given must never ride on
+        # another's request (nor be kept at all: evidence is what an anonymous visitor sees).
+        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
         timeout=httpx.Timeout(read_timeout, connect=connect_timeout, pool=connect_timeout),
         headers=headers,
         follow_redirects=False,
