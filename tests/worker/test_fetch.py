@@ -575,11 +575,16 @@ class TestOriginPools:
         assert len(transport.connections) == 2
         assert all(len(entry.pool.connections) == 1 for entry in transport._pools.values())
 
-    def test_an_idle_origin_is_closed_after_the_keepalive_expiry(
-        self, site: TLSSite, make: Any, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
+    @pytest.fixture
+    def brief(self, make: Any, monkeypatch: pytest.MonkeyPatch) -> Fetcher:
+        """A fetcher whose idle connections (and origins) expire after 0.2 s."""
         monkeypatch.setattr("worker.fetch.fetcher.KEEPALIVE_EXPIRY_SECONDS", 0.2)
-        fetcher = make()
+        return make()  # type: ignore[no-any-return]
+
+    def test_an_idle_origin_is_closed_after_the_keepalive_expiry(
+        self, site: TLSSite, brief: Fetcher
+    ) -> None:
+        fetcher = brief
         site.page("/idle", "<p>idle</p>")
         fetcher.fetch(site.url("/idle", host="site.test"))
         transport = fetcher.client._transport
@@ -590,12 +595,9 @@ class TestOriginPools:
         assert hosts == [b"127.0.0.1"], "the origin unused for the expiry was dropped"
         assert first.is_closed() and first not in transport.connections
 
-    def test_an_origin_with_a_response_open_is_kept(
-        self, site: TLSSite, make: Any, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
+    def test_an_origin_with_a_response_open_is_kept(self, site: TLSSite, brief: Fetcher) -> None:
         """A body still being read holds its pool, however old: it is dropped once closed."""
-        monkeypatch.setattr("worker.fetch.fetcher.KEEPALIVE_EXPIRY_SECONDS", 0.2)
-        fetcher = make()
+        fetcher = brief
         site.page("/open", "<p>open</p>")
         client = fetcher.client
         request = client.build_request("GET", site.url("/open", host="site.test"))
@@ -608,6 +610,22 @@ class TestOriginPools:
         time.sleep(0.3)
         fetcher.fetch(site.url("/open", host="127.0.0.1"))
         assert [h for _, h, _ in client._transport._pools] == [b"127.0.0.1"]
+
+    def test_past_the_most_idle_origins_the_least_recently_used_is_closed(
+        self, site: TLSSite, make: Any
+    ) -> None:
+        """A batch over thousands of hosts keeps a bounded number of idle origins' sockets."""
+        fetcher = make()
+        transport = fetcher.client._transport
+        transport._max_idle_origins = 1
+        site.page("/wide", "<p>wide</p>")
+        fetcher.fetch(site.url("/wide", host="site.test"))
+        (first,) = transport.connections
+        fetcher.fetch(site.url("/wide", host="127.0.0.1"))
+        assert [host for _, host, _ in transport._pools] == [b"127.0.0.1"]
+        assert first.is_closed()
+        fetcher.fetch(site.url("/wide", host="127.0.0.1"))  # a kept origin is not evicted
+        assert [host for _, host, _ in transport._pools] == [b"127.0.0.1"]
 
     def test_a_closed_transport_refuses_requests(self, site: TLSSite, make: Any) -> None:
         fetcher = make()

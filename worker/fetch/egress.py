@@ -215,6 +215,10 @@ class _ResponseStream(httpx.SyncByteStream):
 
 
 Origin = tuple[bytes, bytes, int | None]
+#: Origins whose pools are kept while idle, at most; past it the least recently used idle one
+#: is closed when a new origin comes (a batch over thousands of hosts would otherwise keep a
+#: socket open for each of them for the whole keep-alive expiry).
+MAX_IDLE_ORIGINS = 64
 
 
 class _OriginPool:
@@ -237,12 +241,14 @@ class GuardedTransport(httpx.BaseTransport):
     16 hosts that was several milliseconds of interpreter time per fetch, under the pool's
     lock. A pool per origin holds at most that host's share (the politeness limit bounds the
     fetches of one host at once), so the scan is over a handful. A pool that served nothing
-    for its keep-alive expiry is closed, so a batch over thousands of hosts keeps no sockets.
+    for its keep-alive expiry is closed, and so is the least recently used idle one when more
+    than `MAX_IDLE_ORIGINS` would be kept: a batch over thousands of hosts keeps few sockets.
     """
 
     def __init__(self, make_pool: Callable[[], httpcore.ConnectionPool], idle_seconds: float):
         self._make_pool = make_pool
         self._idle_seconds = idle_seconds
+        self._max_idle_origins = MAX_IDLE_ORIGINS
         self._pools: dict[Origin, _OriginPool] = {}
         self._lock = threading.Lock()
         self._pruned_at = time.monotonic()
@@ -261,12 +267,15 @@ class GuardedTransport(httpx.BaseTransport):
             if self._closed:
                 raise RuntimeError("the transport is closed")
             entry = self._pools.get(origin)
+            closing: list[httpcore.ConnectionPool] = []
             if entry is None:
+                closing = self._least_recently_used()
                 entry = self._pools[origin] = _OriginPool(self._make_pool())
-            entry.in_use += 1
+            entry.in_use += 1  # in use now: the expiry pass below leaves it
             entry.used_at = now
-            idle = self._idle_pools(now) if now - self._pruned_at >= self._idle_seconds else []
-        for pool in idle:
+            if now - self._pruned_at >= self._idle_seconds:
+                closing += self._idle_pools(now)
+        for pool in closing:
             pool.close()
         return entry
 
@@ -279,6 +288,14 @@ class GuardedTransport(httpx.BaseTransport):
             if entry.in_use == 0 and now - entry.used_at >= self._idle_seconds
         ]
         return [self._pools.pop(origin).pool for origin in stale]
+
+    def _least_recently_used(self) -> list[httpcore.ConnectionPool]:
+        """Idle pools beyond the most that may be kept, least recently used first, taken out."""
+        idle = [(e.used_at, o) for o, e in self._pools.items() if e.in_use == 0]
+        surplus = len(idle) + 1 - self._max_idle_origins  # the new origin will count too
+        if surplus <= 0:
+            return []
+        return [self._pools.pop(origin).pool for _, origin in sorted(idle)[:surplus]]
 
     def _checkin(self, entry: _OriginPool) -> None:
         with self._lock:
