@@ -79,6 +79,12 @@ def machine_cpu() -> float:
     return (sum(values[:8]) - idle) / TICKS
 
 
+def busy_share(machine_cpu_seconds: float, seconds: float) -> float:
+    """The share of the machine's cores busy over `seconds` of wall time, given the busy CPU
+    seconds `machine_cpu` advanced by meanwhile."""
+    return machine_cpu_seconds / (seconds * (os.cpu_count() or 1)) if seconds > 0 else 0.0
+
+
 def memory_mb(pid: int) -> tuple[float, float]:
     """(RSS, PSS) of `pid` in MiB; zeros when it is gone."""
     rss = pss = 0.0

@@ -34,7 +34,7 @@ class Runs:
     def median(self) -> float:
         return statistics.median(self.rps) if self.rps else 0.0
 
-    def busy_share(self) -> str:
+    def busy_cell(self) -> str:
         """The median share of the machine busy during a run, "-" when not measured."""
         return f"{statistics.median(self.busy) * 100:.0f} %" if self.busy else "-"
 
@@ -76,7 +76,7 @@ def table(results: list[Runs], limit: Runs) -> Table:
             f"{ratio:.2f}",
             ms(cpu + site),
             ms(site),
-            runs.busy_share(),
+            runs.busy_cell(),
         )
     return out
 

@@ -278,7 +278,7 @@ class InFlight:
         if len(active) < 2:
             return 0.0
         (t0, cpu0, _), (t1, cpu1, _) = self.samples[active[0]], self.samples[active[-1]]
-        return (cpu1 - cpu0) / ((t1 - t0) * (os.cpu_count() or 1))
+        return procstat.busy_share(cpu1 - cpu0, t1 - t0)
 
     def stop(self) -> None:
         self._stop.set()

@@ -95,11 +95,6 @@ class Site:
         self.proc.wait(10)
 
 
-def busy_share(machine_cpu_seconds: float, seconds: float) -> float:
-    """The share of the machine's cores that were busy over `seconds` of wall time."""
-    return machine_cpu_seconds / (seconds * (os.cpu_count() or 1)) if seconds > 0 else 0.0
-
-
 def timed_child(
     args: list[str], env: dict[str, str] | None = None, runs: Runs | None = None
 ) -> tuple[float, float, str]:
@@ -116,7 +111,7 @@ def timed_child(
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - started
     if runs is not None:
-        runs.busy.append(busy_share(procstat.machine_cpu() - machine, seconds))
+        runs.busy.append(procstat.busy_share(procstat.machine_cpu() - machine, seconds))
     return seconds, usage.ru_utime + usage.ru_stime, out
 
 

@@ -11,6 +11,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Network = IPv4Network | IPv6Network
 
+#: Fetches of one host at once across every worker (Scrapy's default per domain is 8 too).
+DEFAULT_FETCH_PER_HOST_LIMIT = 8
 DEFAULT_USER_AGENT = (
     "EvidenceRetrieval/0.1 (+https://github.com/evidence-retrieval; research fetcher)"
 )
@@ -55,8 +57,7 @@ class Settings(BaseSettings):
     time_limit_margin_seconds: float = Field(default=10.0, gt=0)
     user_agent: str = DEFAULT_USER_AGENT
     robots_txt: bool = True
-    #: Fetches of one host at once across every worker (Scrapy's default per domain is 8 too).
-    fetch_per_host_limit: int = Field(default=8, ge=1, le=64)
+    fetch_per_host_limit: int = Field(default=DEFAULT_FETCH_PER_HOST_LIMIT, ge=1, le=64)
 
     # Processes.
     #: Connections each process keeps open to PostgreSQL (plus as many again in bursts).

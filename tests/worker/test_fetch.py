@@ -611,6 +611,28 @@ class TestOriginPools:
         fetcher.fetch(site.url("/open", host="127.0.0.1"))
         assert [h for _, h, _ in client._transport._pools] == [b"127.0.0.1"]
 
+    def test_a_failed_request_gives_its_origin_back(
+        self, site: TLSSite, make: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A fetch whose connection fails counts no longer against its origin: the origin is
+        closed after the expiry like any idle one (else it would be kept for ever)."""
+        monkeypatch.setattr("worker.fetch.fetcher.KEEPALIVE_EXPIRY_SECONDS", 0.2)
+        dead = socket.socket()
+        dead.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        port = dead.getsockname()[1]
+        try:
+            fetcher = make(ports=[site.port, port])
+            with pytest.raises(FetchFailure):
+                fetcher.fetch(f"https://127.0.0.1:{port}/refused")
+            transport = fetcher.client._transport
+            assert [entry.in_use for entry in transport._pools.values()] == [0]
+            time.sleep(0.3)
+            site.page("/alive", "<p>alive</p>")
+            fetcher.fetch(site.url("/alive"))
+            assert [p for _, _, p in transport._pools] == [site.port]
+        finally:
+            dead.close()
+
     def test_past_the_most_idle_origins_the_least_recently_used_is_closed(
         self, site: TLSSite, make: Any
     ) -> None:

@@ -22,11 +22,10 @@ import structlog
 from worker.fetch.types import FetchFailure
 from worker.ranked_gate import RankedGate
 from worker.reasons import Reason
+from worker.settings import DEFAULT_FETCH_PER_HOST_LIMIT
 
 log = structlog.get_logger(__name__)
 
-#: Fetches of one host allowed at once across the fleet (`EVIDENCE_FETCH_PER_HOST_LIMIT`).
-DEFAULT_PER_HOST_LIMIT = 8
 #: How long a slot survives a crashed holder, in seconds.
 DEFAULT_SLOT_LEASE_SECONDS = 120.0
 #: Poll interval while waiting for a slot, in seconds.
@@ -128,7 +127,7 @@ class Politeness:
         self,
         state: SharedState,
         *,
-        per_host_limit: int = DEFAULT_PER_HOST_LIMIT,
+        per_host_limit: int = DEFAULT_FETCH_PER_HOST_LIMIT,
         slot_lease_seconds: float = DEFAULT_SLOT_LEASE_SECONDS,
     ) -> None:
         self.state = state

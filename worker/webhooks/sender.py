@@ -26,8 +26,8 @@ from worker.settings import Settings
 MAX_RESPONSE_BYTES = 1024
 #: Characters of that answer kept in `last_error`.
 ERROR_SNIPPET_CHARS = 200
-#: Idle connections kept per receiving origin, and for how long, in seconds.
-MAX_KEEPALIVE_CONNECTIONS = 16
+#: How long an idle connection to a receiver is kept, in seconds. Each receiving origin keeps
+#: as many as may be delivered to one endpoint at once (`EVIDENCE_WEBHOOK_ENDPOINT_CONCURRENCY`).
 KEEPALIVE_EXPIRY_SECONDS = 30.0
 
 
@@ -57,7 +57,7 @@ class Sender:
             read_timeout=settings.webhook_read_timeout_seconds,
             connect_timeout=settings.webhook_connect_timeout_seconds,
             headers={"User-Agent": settings.user_agent, "Content-Type": "application/json"},
-            max_keepalive=MAX_KEEPALIVE_CONNECTIONS,
+            max_keepalive=settings.webhook_endpoint_concurrency,
             keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
         )
 
