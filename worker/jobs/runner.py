@@ -18,13 +18,14 @@ from worker.content.results import failure_result
 from worker.fetch.egress import deadline_scope
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
-from worker.jobs import extract_pool, freshness, notify, replay, spare_tokens
+from worker.jobs import extract_pool, freshness, notify, replay, settle_group, spare_tokens
 from worker.jobs.outcomes import Delivery, task_outcome
 from worker.ranked_gate import ranked
 from worker.reasons import Reason
 from worker.settings import get_settings
 from worker.states import RetrievalState as S
 from worker.store import db, retrievals
+from worker.store.settles import SettleJob
 
 if TYPE_CHECKING:
     from worker.content.pipeline import FetcherLike, PipelineOutput
@@ -206,9 +207,8 @@ def _run_claim(claim: retrievals.Claim, found: freshness.Found) -> dict[str, Any
     result = output.result
     now = clock.now()
     remember = freshness.remember(claim, plan, result, now)
-    settled = retrievals.settle_claim(
-        claim, result, now, output.images, remember, freshness.stored_revision(plan)
-    )
+    job = SettleJob(claim, result, now, output.images, remember, freshness.stored_revision(plan))
+    settled = _settle(job)
     freshness.settled(claim, plan, settled)
     # A fenced settle may have expired it; a cancel or a newer attempt announce themselves.
     notify.settled([claim.retrieval_id])
@@ -221,6 +221,14 @@ def _run_claim(claim: retrievals.Claim, found: freshness.Found) -> dict[str, Any
     if settled:
         return task_outcome(claim.retrieval_id, "settled", S.COMPLETED.value, result, claim.attempt)
     return _recorded_outcome(claim.retrieval_id, "fenced", claim.attempt)
+
+
+def _settle(job: SettleJob) -> bool:
+    """Settle a claim: a threads-pool worker writes batch-lane settles in groups
+    (`settle_group`); everything else is written in its own transaction."""
+    if job.claim.lane == "batch" and extract_pool.get() is not None:
+        return settle_group.get().settle(job)
+    return retrievals.settle_claim(job.claim, job.result, job.now, job.images, job.then, job.stored)
 
 
 def _recorded_outcome(

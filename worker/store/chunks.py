@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from worker.content.chunking import chunk_id, split_revision
 from worker.content.results import SegmentDict
-from worker.store import fulltext, reports
+from worker.store import at_commit, fulltext, reports
 from worker.store.read_models import EvidenceChunk
 
 CHUNK: sa.Table = EvidenceChunk.__table__  # type: ignore[attr-defined]
@@ -32,8 +32,9 @@ def record_chunks(
     """Split a new revision into passages and store them; return how many."""
     passages = split_revision(text, segments)
     config = fulltext.ts_config(language)
-    if passages:
-        session.execute(
+    if passages:  # written with the transaction's other passages as it commits
+        at_commit.add_rows(
+            session,
             _INSERT_CHUNK,
             [
                 {

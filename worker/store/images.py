@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from worker.content.images import ImageRef
-from worker.store import fulltext, reports
+from worker.store import at_commit, fulltext, reports
 from worker.store.read_models import EvidenceImage
 
 IMAGE: sa.Table = EvidenceImage.__table__  # type: ignore[attr-defined]
@@ -35,8 +35,9 @@ def record_images(
 ) -> int:
     """Store the images a new revision's page showed; return how many."""
     config = fulltext.ts_config(language)
-    if images:
-        session.execute(
+    if images:  # written with the transaction's other images as it commits
+        at_commit.add_rows(
+            session,
             _INSERT_IMAGE,
             [
                 {

@@ -8,11 +8,10 @@ from datetime import date
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from worker.clock import as_utc
-from worker.store import db
+from worker.store import at_commit, db
 from worker.store.models import Evidence, EvidenceRevision
 from worker.store.read_models import EvidenceReport, WorkspaceReportCounter
 
@@ -25,22 +24,26 @@ COUNTER: sa.Table = WorkspaceReportCounter.__table__  # type: ignore[attr-define
 _REPORT_OF = sa.select(REPORT.c.report_id).where(
     REPORT.c.evidence_id == sa.bindparam("b_evidence_id")
 )
+_REPORTS_OF = sa.select(REPORT.c.evidence_id).where(
+    REPORT.c.evidence_id.in_(sa.bindparam("b_ids", expanding=True))
+)
 _INSERT_REPORT = sa.insert(REPORT)
 
 
 @functools.cache
-def _next_report_id(dialect: str) -> sa.Insert:
-    """Bump the workspace's counter (creating it at 1) and return the new value.
+def _next_report_ids(dialect: str) -> sa.Insert:
+    """Bump the workspace's counter by `b_count` (creating it at that) and return the new value.
 
     The upsert takes the counter row's lock, so concurrent allocations in one workspace wait
-    for each other and each gets the next number (PostgreSQL re-reads the committed row under
+    for each other and each gets the next numbers (PostgreSQL re-reads the committed row under
     READ COMMITTED); SQLite's writers already run one at a time. Other workspaces never wait.
     """
+    count = sa.bindparam("b_count", type_=sa.Integer)
     stmt = db.insert_for(dialect)(COUNTER).values(
-        workspace_id=sa.bindparam("b_workspace_id"), last_report_id=1
+        workspace_id=sa.bindparam("b_workspace_id"), last_report_id=count
     )
     stmt = stmt.on_conflict_do_update(
-        index_elements=["workspace_id"], set_={"last_report_id": COUNTER.c.last_report_id + 1}
+        index_elements=["workspace_id"], set_={"last_report_id": COUNTER.c.last_report_id + count}
     )
     return stmt.returning(COUNTER.c.last_report_id)
 
@@ -49,7 +52,7 @@ def _next_report_id(dialect: str) -> sa.Insert:
 def _number_report() -> sa.Insert:
     """PostgreSQL: bump the counter and record the item's report id in one statement (the
     upsert as a data-modifying CTE, its new value inserted from it)."""
-    counter = _next_report_id(db.POSTGRESQL).cte("counter")
+    counter = _next_report_ids(db.POSTGRESQL).cte("counter")
     numbered = sa.select(
         sa.bindparam("b_evidence_id", type_=sa.Uuid),
         sa.bindparam("b_workspace_id", type_=sa.Uuid),
@@ -80,18 +83,40 @@ def number_at_commit(
     latency mix). Done last, it covers one statement and the commit.
     """
     session.info.setdefault(_TO_NUMBER, {})[evidence_id] = (workspace_id, new_item)
+    at_commit.run_last(session, _number_pending)
 
 
-@event.listens_for(Session, "before_commit")
-def _number_before_commit(session: Session) -> None:
+def _number_pending(session: Session) -> None:
+    """Number the transaction's new items: one counter bump per workspace, not per item.
+
+    Workspaces are numbered in id order, so two transactions that both number items of the
+    same two workspaces take the counters' locks in the same order (no deadlock).
+    """
     pending: dict[uuid.UUID, tuple[uuid.UUID, bool]] = session.info.pop(_TO_NUMBER, {})
-    for evidence_id, (workspace_id, new_item) in pending.items():
+    if len(pending) == 1:
+        [(evidence_id, (workspace_id, new_item))] = pending.items()
         ensure_report(session, workspace_id, evidence_id, new_item=new_item)
+        return
+    known = [evidence_id for evidence_id, (_, new_item) in pending.items() if not new_item]
+    numbered = set(session.execute(_REPORTS_OF, {"b_ids": known}).scalars()) if known else set()
+    by_workspace: dict[uuid.UUID, list[uuid.UUID]] = {}
+    for evidence_id, (workspace_id, _) in pending.items():
+        if evidence_id not in numbered:
+            by_workspace.setdefault(workspace_id, []).append(evidence_id)
+    for workspace_id in sorted(by_workspace):
+        _number_many(session, workspace_id, by_workspace[workspace_id])
 
 
-@event.listens_for(Session, "after_soft_rollback")
-def _forget_on_rollback(session: Session, _previous: object) -> None:
-    session.info.pop(_TO_NUMBER, None)
+def _number_many(session: Session, workspace_id: uuid.UUID, evidence_ids: list[uuid.UUID]) -> None:
+    """Give `evidence_ids` (none numbered yet) the workspace's next report ids, in order."""
+    params = {"b_workspace_id": workspace_id, "b_count": len(evidence_ids)}
+    last = int(session.execute(_next_report_ids(db.dialect(session)), params).scalar_one())
+    first = last - len(evidence_ids) + 1
+    rows = [
+        {"evidence_id": evidence_id, "workspace_id": workspace_id, "report_id": first + offset}
+        for offset, evidence_id in enumerate(evidence_ids)
+    ]
+    session.execute(_INSERT_REPORT, rows)
 
 
 def ensure_report(
@@ -109,11 +134,10 @@ def ensure_report(
             return int(existing)
     dialect = db.dialect(session)
     if dialect == db.POSTGRESQL:
-        params = {"b_evidence_id": evidence_id, "b_workspace_id": workspace_id}
+        params = {"b_evidence_id": evidence_id, "b_workspace_id": workspace_id, "b_count": 1}
         return int(session.execute(_number_report(), params).scalar_one())
-    report_id = int(
-        session.execute(_next_report_id(dialect), {"b_workspace_id": workspace_id}).scalar_one()
-    )
+    params = {"b_workspace_id": workspace_id, "b_count": 1}
+    report_id = int(session.execute(_next_report_ids(dialect), params).scalar_one())
     session.execute(
         _INSERT_REPORT,
         {"evidence_id": evidence_id, "workspace_id": workspace_id, "report_id": report_id},

@@ -64,7 +64,8 @@ _CLAIM = (
         RETRIEVAL.c.workspace_id,
     )
 )
-_SETTLE = (
+#: The fenced settle: the outcome, only for the attempt that claimed it, before valid_until.
+SETTLE = (
     sa.update(RETRIEVAL)
     .where(
         RETRIEVAL.c.id == sa.bindparam("b_id"),
@@ -672,7 +673,7 @@ def settle(
             session, claim.workspace_id, claim.kind, claim.url, result, now, images
         )
     won = session.execute(
-        _SETTLE,
+        SETTLE,
         {
             "b_id": claim.retrieval_id,
             "b_attempt": claim.attempt,

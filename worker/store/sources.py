@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from worker.clock import as_utc
-from worker.store import db
+from worker.store import at_commit, db
 from worker.store.evidence import EVIDENCE, REVISION, normalise_url
 from worker.store.models import EvidenceSource, Retrieval
 
@@ -166,7 +166,8 @@ def remember(
     outcome: dict[str, Any],
     at: datetime,
 ) -> None:
-    """Record (or replace) what this request led to `at`."""
+    """Record (or replace) what this request led to `at`, as the transaction commits (with
+    the transaction's other requests' rows: nothing reads it back before)."""
     values = {
         **_key(workspace_id, kind, url, language),
         "evidence_id": evidence_id,
@@ -175,7 +176,8 @@ def remember(
         "outcome": outcome,
         "fetched_at": at,
     }
-    session.execute(_upsert(db.dialect(session)), {f"b_{k}": v for k, v in values.items()})
+    row = {f"b_{k}": v for k, v in values.items()}
+    at_commit.add_rows(session, _upsert(db.dialect(session)), [row])
 
 
 def confirmations(session: Session, evidence_id: uuid.UUID) -> dict[int, datetime]:
