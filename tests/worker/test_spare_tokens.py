@@ -109,13 +109,67 @@ def test_broker_trouble_means_back_to_celery(
     assert spare_tokens.take() is False
 
 
+def _states(ids: list[str]) -> dict[str, str]:
+    from worker.store import db, retrievals
+
+    with db.session_scope(readonly=True) as session:
+        rows = [retrievals.get_retrieval(session, uuid.UUID(i)) for i in ids]
+        return {str(row.id): row.state for row in rows if row is not None}
+
+
+def test_spare_threads_count_busy_and_waiting_work(queues: redis.Redis) -> None:
+    import threading
+
+    executor = lane_pool._executor
+    assert executor is not None and lane_pool.spare_threads() == 2
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def hold() -> None:
+        started.release()
+        release.wait(10)
+
+    executor.submit(3, hold)
+    assert started.acquire(timeout=5)
+    assert lane_pool.spare_threads() == 1
+    executor.submit(3, hold)
+    executor.submit(3, hold)  # waits for a thread
+    assert started.acquire(timeout=5)
+    assert lane_pool.spare_threads() == 0
+    release.set()
+
+
+@pytest.mark.lifecycle
+@pytest.mark.usefixtures("services")
+def test_a_batch_task_fills_the_idle_threads_with_the_tokens_it_takes(
+    queues: redis.Redis, site: TLSSite
+) -> None:
+    """One batch message, two more tokens, two idle threads: the message's thread runs one
+    retrieval, the idle threads the other two (no Celery delivery for them)."""
+    import time
+
+    workspace = uuid.uuid4()
+    urls = [site.page(f"/fan/{uuid.uuid4().hex}", article(f"Fan {n}")) for n in range(3)]
+    ids = parked(workspace, lane="batch", urls=urls)
+    queues.lpush(BATCH_QUEUE, "token-2", "token-3")
+    outcome = runner.run_next_batch()
+    assert outcome is not None and "then" not in outcome
+    assert queues.llen(BATCH_QUEUE) == 0
+    deadline = time.monotonic() + 30
+    while set(_states(ids).values()) != {"completed"} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _states(ids) == dict.fromkeys(ids, "completed")
+
+
 @pytest.mark.lifecycle
 @pytest.mark.usefixtures("services")
 def test_a_batch_task_runs_the_retrievals_of_the_tokens_it_takes(
-    queues: redis.Redis, site: TLSSite
+    queues: redis.Redis, site: TLSSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One batch message, two more tokens in the lane's queue: the task claims, runs and
-    settles all three retrievals, and reports the two follow-ons under "then"."""
+    """One batch message, two more tokens in the lane's queue, no idle thread: the task
+    claims, runs and settles all three retrievals, and reports the two follow-ons under
+    "then"."""
+    monkeypatch.setattr(lane_pool, "spare_threads", lambda: 0)
     workspace = uuid.uuid4()
     urls = [site.page(f"/spare/{uuid.uuid4().hex}", article(f"Spare {n}")) for n in range(3)]
     ids = parked(workspace, lane="batch", urls=urls)

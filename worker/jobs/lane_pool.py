@@ -65,6 +65,7 @@ class RankedExecutor:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._stopped = False
+        self._busy = 0
 
     def submit(self, rank: int, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         future: Future[Any] = Future()
@@ -99,7 +100,13 @@ class RankedExecutor:
             if item.work is None:
                 self._queue.put(item)  # the stop marker is for every thread
                 return
-            item.work()
+            with self._lock:
+                self._busy += 1
+            try:
+                item.work()
+            finally:
+                with self._lock:
+                    self._busy -= 1
             del item
             self._idle.release()
 
@@ -112,6 +119,13 @@ class RankedExecutor:
         if wait:
             for thread in threads:
                 thread.join()
+
+    def spare(self) -> int:
+        """Threads that would be idle once the waiting work has one each (0 when stopping)."""
+        with self._lock:
+            if self._stopped:
+                return 0
+            return max(0, self.max_workers - self._busy - self._queue.qsize())
 
     def waiting(self) -> bool:
         """Whether submitted work waits for a thread."""
@@ -129,6 +143,17 @@ _executor: RankedExecutor | None = None
 def follow_ons_allowed() -> bool:
     """Whether tasks here run on a lane pool's threads (prefork children do not)."""
     return _executor is not None
+
+
+def spare_threads() -> int:
+    """Threads of this process's lane pool that nothing runs on or waits for."""
+    return 0 if _executor is None else _executor.spare()
+
+
+def run_batch_work(fn: Callable[[], Any]) -> None:
+    """Run `fn` on a lane-pool thread, ranked as batch-lane work."""
+    assert _executor is not None
+    _executor.submit(TASK_RANK[RETRIEVE_NEXT_TASK], fn)
 
 
 def work_waiting() -> bool:

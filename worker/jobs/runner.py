@@ -152,6 +152,7 @@ def run_next_batch() -> dict[str, Any] | None:
 
     None when there was nothing to claim (another token ran the retrieval this one stood for).
     """
+    spare_tokens.fan_out(_run_fanned_out)
     first = _run_next_batch()
     if first is None:
         return None
@@ -162,6 +163,19 @@ def run_next_batch() -> dict[str, Any] | None:
             break
         then.append(outcome)
     return {**first, "then": then} if then else first
+
+
+def _run_fanned_out() -> None:
+    """A token `spare_tokens.fan_out` took: its claim, then further spare tokens, each logged
+    (no Celery task stands for them, as for a delivered message's follow-ons)."""
+    try:
+        outcome = _run_next_batch()
+        count = 0
+        while outcome is not None and count < spare_tokens.MAX_FOLLOW_ONS and spare_tokens.take():
+            outcome = _run_next_batch()
+            count += 1
+    except Exception:  # no task reports it: the log must (the row's lease and the sweep recover it)
+        log.exception("fanned_out_batch_failed")
 
 
 def _run_next_batch() -> dict[str, Any] | None:
