@@ -34,6 +34,7 @@ SQLITE_TESTS ?= tests/read tests/lifecycle/test_store.py tests/lifecycle/test_ba
 	tests/lifecycle/test_lanes.py tests/lifecycle/test_quotas.py \
 	tests/lifecycle/test_revision_bounds.py tests/lifecycle/test_freshness.py \
 	tests/lifecycle/test_open_tally.py tests/lifecycle/test_group_settle.py \
+	tests/lifecycle/test_group_claim.py \
 	tests/lifecycle/test_recovery.py::TestExpiry
 test: install  ## Run the test suite (PostgreSQL, then what runs different SQL on SQLite) with coverage
 	./deploy/ensure-services.sh --postgres

@@ -177,19 +177,19 @@ class TestSettleGroup:
         def counting(session: Any, jobs: Any) -> list[bool]:
             if not sizes:  # the first group: let every other thread queue its settle meanwhile
                 deadline = time.monotonic() + 10
-                while len(group._queue) < len(claims) - len(jobs) and time.monotonic() < deadline:
+                while group.queued() < len(claims) - len(jobs) and time.monotonic() < deadline:
                     time.sleep(0.01)
             sizes.append(len(jobs))
             return real(session, jobs)
 
         monkeypatch.setattr(settle_group, "settle_many", counting)
-        group = settle_group.SettleGroup(max_group=8)
+        group = settle_group.group(max_group=8)
         start = threading.Barrier(len(claims))
         won: dict[uuid.UUID, bool] = {}
 
         def settle(claim: retrievals.Claim) -> None:
             start.wait()
-            won[claim.retrieval_id] = group.settle(_job(claim, f"Thread {claim.url}."))
+            won[claim.retrieval_id] = group.submit(_job(claim, f"Thread {claim.url}."))
 
         threads = [threading.Thread(target=settle, args=(c,)) for c in claims]
         for thread in threads:
@@ -208,13 +208,23 @@ class TestSettleGroup:
         claims = [_claimed(workspace, f"https://example.org/poison/{n}") for n in range(3)]
         jobs = [_job(c, f"Fine {n}.") for n, c in enumerate(claims)]
         jobs[1].result = {**jobs[1].result, "provenance": {}}  # type: ignore[typeddict-item]
-        group = settle_group.SettleGroup()
-        entries = [settle_group._Entry(job) for job in jobs]
-        group._write(entries)
-        assert [e.won for e in entries] == [True, False, True]
-        assert entries[1].error is not None and entries[0].error is entries[2].error is None
-        assert all(e.finished and e.done.is_set() for e in entries)
+        answers = settle_group.write(jobs)
+        assert answers[0] is True and answers[2] is True
+        assert isinstance(answers[1], KeyError)
         assert [_row(c.retrieval_id)[0] for c in claims] == ["completed", "running", "completed"]
+
+    def test_a_group_raises_in_the_thread_whose_settle_failed(self) -> None:
+        """Through the group, the bad settle's own thread gets its error; the other's answer."""
+        workspace = uuid.uuid4()
+        good, bad = (
+            _job(_claimed(workspace, f"https://example.org/own/{n}"), "Own.") for n in range(2)
+        )
+        bad.result = {**bad.result, "provenance": {}}  # type: ignore[typeddict-item]
+        group = settle_group.group()
+        assert group.submit(good) is True
+        with pytest.raises(KeyError):
+            group.submit(bad)
+        assert group.queued() == 0
 
     def test_a_late_settle_in_a_group_is_expired(self) -> None:
         """A settle past valid_until loses, and is expired as after a single fenced settle."""
@@ -228,5 +238,5 @@ class TestSettleGroup:
                 .values(valid_until=clock.now() - timedelta(seconds=1))
             )
         )
-        assert settle_group.SettleGroup().settle(job) is False
+        assert settle_group.group().submit(job) is False
         assert _row(claim.retrieval_id) == ("expired", None, None)

@@ -18,7 +18,15 @@ from worker.content.results import failure_result
 from worker.fetch.egress import deadline_scope
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
-from worker.jobs import extract_pool, freshness, notify, replay, settle_group, spare_tokens
+from worker.jobs import (
+    claim_group,
+    extract_pool,
+    freshness,
+    notify,
+    replay,
+    settle_group,
+    spare_tokens,
+)
 from worker.jobs.outcomes import Delivery, task_outcome
 from worker.ranked_gate import ranked
 from worker.reasons import Reason
@@ -181,9 +189,12 @@ def _run_fanned_out() -> None:
 def _run_next_batch() -> dict[str, Any] | None:
     lease = timedelta(seconds=get_settings().lease_seconds)
     with ranked(ranked_gate.BATCH):  # its turn for a connection comes after interactive work's
-        claimed = db.with_transient_retry(
-            _looking_up(lambda s: retrievals.claim_next_batch(s, clock.now(), lease))
-        )
+        if _grouping():
+            claimed = claim_group.get().submit(None)
+        else:
+            claimed = db.with_transient_retry(
+                _looking_up(lambda s: retrievals.claim_next_batch(s, clock.now(), lease))
+            )
     if claimed is None:
         log.info("claim_skipped", lane="batch")
         return None
@@ -237,11 +248,17 @@ def _run_claim(claim: retrievals.Claim, found: freshness.Found) -> dict[str, Any
     return _recorded_outcome(claim.retrieval_id, "fenced", claim.attempt)
 
 
+def _grouping() -> bool:
+    """Whether batch-lane claims and settles are grouped: in a threads-pool worker, where
+    many threads claim and settle at once (a prefork child runs one retrieval at a time)."""
+    return extract_pool.get() is not None
+
+
 def _settle(job: SettleJob) -> bool:
     """Settle a claim: a threads-pool worker writes batch-lane settles in groups
     (`settle_group`); everything else is written in its own transaction."""
-    if job.claim.lane == "batch" and extract_pool.get() is not None:
-        return settle_group.get().settle(job)
+    if job.claim.lane == "batch" and _grouping():
+        return settle_group.get().submit(job)
     return retrievals.settle_claim(job.claim, job.result, job.now, job.images, job.then, job.stored)
 
 

@@ -98,6 +98,9 @@ def fan_out(run: Callable[[], Any]) -> int:
     for _ in range(min(MAX_FAN_OUT, lane_pool.spare_threads())):
         if not take():
             break
-        lane_pool.run_batch_work(run)
+        try:
+            lane_pool.run_batch_work(run)
+        except RuntimeError:  # the pool is stopping: the sweep republishes the token's row
+            break
         taken += 1
     return taken

@@ -542,7 +542,7 @@ _SERVED = (
 
 
 def _claim_oldest_statement(skip_locked: bool) -> Any:
-    """Claim a workspace's oldest pending batch retrieval nobody else is claiming."""
+    """Claim a workspace's `b_limit` oldest pending batch retrievals nobody else is claiming."""
     oldest = (
         sa.select(RETRIEVAL.c.id)
         .where(
@@ -551,13 +551,17 @@ def _claim_oldest_statement(skip_locked: bool) -> Any:
             RETRIEVAL.c.valid_until > sa.bindparam("b_now"),
         )
         .order_by(RETRIEVAL.c.created_at)
-        .limit(1)
+        .limit(sa.bindparam("b_limit", type_=sa.Integer))
     )
     if skip_locked:
+        # Picked once, in a materialised CTE: as a plain `IN (subquery)`, PostgreSQL may run
+        # the locking subquery again for each row it updates, claiming more than `b_limit`.
         oldest = oldest.with_for_update(skip_locked=True)
+        picked: Any = oldest.cte("picked").prefix_with("MATERIALIZED", dialect="postgresql")
+        oldest = sa.select(picked.c.id)
     return (
         sa.update(RETRIEVAL)
-        .where(RETRIEVAL.c.id == oldest.scalar_subquery(), RETRIEVAL.c.state == S.PENDING.value)
+        .where(RETRIEVAL.c.id.in_(oldest), RETRIEVAL.c.state == S.PENDING.value)
         .values(
             state=S.RUNNING.value,
             attempt=RETRIEVAL.c.attempt + 1,
@@ -616,27 +620,50 @@ def claim_next_batch(session: Session, now: datetime, lease: timedelta) -> Claim
     SQLite runs writers one at a time (`BEGIN IMMEDIATE`), which needs no skipping. None when
     the batch lane is empty (the message was a spare one: duplicates are harmless).
     """
+    claims = claim_next_batches(session, now, lease, 1)
+    return claims[0] if claims else None
+
+
+def claim_next_batches(
+    session: Session, now: datetime, lease: timedelta, count: int
+) -> list[Claim]:
+    """Claim up to `count` next batch retrievals at once, as `count` claims in a row would:
+    round-robin over the workspaces, least recently served first, oldest first within each
+    (one statement per workspace for its share; a workspace with fewer rows than its share
+    leaves the rest to the others). Fewer when the lane has fewer rows nobody holds.
+    """
     order = active_batch_workspaces(session)
     if not order:
-        return None
+        return []
     postgres = db.dialect(session) == db.POSTGRESQL
     if postgres and len(order) > 1:  # with one workspace, there is nothing to spread over
         locked = session.execute(_LOCK_SCHEDULE, {"b_ids": order}).scalar_one_or_none()
         if locked is not None:
             order = [locked, *(w for w in order if w != locked)]
     params = {"b_now": now, "b_lease_until": now + lease}
-    for workspace_id in order:
-        row = session.execute(
-            _CLAIM_OLDEST[postgres], params | {"b_workspace": workspace_id}
-        ).one_or_none()
-        if row is None:
-            continue
-        if not postgres:
-            session.execute(_SERVED, {"b_workspace": workspace_id, "b_now": now})
-        return Claim(
-            row.id, row.attempt, row.url, row.kind, row.language or None, workspace_id, "batch"
-        )
-    return None
+    claims: list[Claim] = []
+    open_ = order
+    while open_ and len(claims) < count:
+        wanted = count - len(claims)
+        shares = [wanted // len(open_) + (n < wanted % len(open_)) for n in range(len(open_))]
+        still_open = []
+        for workspace_id, share in zip(open_, shares, strict=True):
+            if share == 0:
+                still_open.append(workspace_id)
+                continue
+            rows = session.execute(
+                _CLAIM_OLDEST[postgres], params | {"b_workspace": workspace_id, "b_limit": share}
+            ).all()
+            if rows and not postgres:
+                session.execute(_SERVED, {"b_workspace": workspace_id, "b_now": now})
+            claims.extend(
+                Claim(r.id, r.attempt, r.url, r.kind, r.language or None, workspace_id, "batch")
+                for r in rows
+            )
+            if len(rows) == share:  # it may have more
+                still_open.append(workspace_id)
+        open_ = still_open  # each round claims more or drops a workspace: it ends
+    return claims
 
 
 class Fenced(Exception):

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -71,9 +71,12 @@ def still_holds(job: SettleJob, state: str, attempt: int, valid_until: datetime)
     )
 
 
-def _item_order(job: SettleJob) -> tuple[str, str, str]:
-    """Sort key close to the evidence item a job writes (its workspace, kind and URL)."""
-    return (str(job.claim.workspace_id), job.claim.kind, job.claim.url)
+def _item_order(job: SettleJob) -> tuple[str, str, str, str]:
+    """The key of the evidence item a job writes, as `evidence.record` finds it."""
+    provenance: dict[str, Any] = dict(job.result.get("provenance", {}))
+    url = provenance.get("source_url") or job.claim.url
+    language = (provenance.get("language") or "").lower()
+    return (str(job.claim.workspace_id), job.claim.kind, evidence.normalise_url(url), language)
 
 
 def settle_many(session: Session, jobs: Sequence[SettleJob]) -> list[bool]:
