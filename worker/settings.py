@@ -69,7 +69,7 @@ class Settings(BaseSettings):
     worker_pool: Literal["threads", "prefork"] = "threads"
     #: Threads pool: retrievals one worker process keeps in flight (each mostly waits on the
     #: network; see docs/execution-model.md for what one costs).
-    worker_in_flight: int = Field(default=256, ge=1, le=4096)
+    worker_in_flight: int = Field(default=384, ge=1, le=4096)
     #: Threads pool: extraction processes per worker (default: one per core).
     extract_processes: int | None = Field(default=None, ge=1, le=256)
     #: Added to the extraction processes' nice value, so fetching, the API and the database
