@@ -218,8 +218,13 @@ def remember(claim: Claim, plan: Plan, result: Result, now: datetime) -> retriev
             plan.outcome = "reused"
             return
         # A revision this settle wrote was first seen now, which is its last confirmation
-        # (`sources.LAST_CONFIRMED`): no UPDATE needed to say so.
-        new = written or sources.confirm(session, evidence_id, revision, now)
+        # (`sources.LAST_CONFIRMED`): no UPDATE needed to say so. A 304 needs no answer from
+        # the confirmation (it is never a new revision): written with the group's at commit.
+        if plan.how == "revalidated":
+            sources.confirm_at_commit(session, evidence_id, revision, now)
+            new = False
+        else:
+            new = written or sources.confirm(session, evidence_id, revision, now)
         validators = plan.validators if plan.how == "revalidated" else plan.fetcher.validators
         outcome = {
             "status": result["status"],

@@ -118,7 +118,7 @@ def find(
     )
 
 
-_CONFIRM = (
+_CONFIRM_ONLY = (
     sa.update(REVISION)
     .where(
         REVISION.c.evidence_id == sa.bindparam("b_evidence_id"),
@@ -126,8 +126,17 @@ _CONFIRM = (
         sa.or_(REVISION.c.confirmed_at.is_(None), REVISION.c.confirmed_at < sa.bindparam("b_at")),
     )
     .values(confirmed_at=sa.bindparam("b_at"))
-    .returning(REVISION.c.created_at)
 )
+_CONFIRM = _CONFIRM_ONLY.returning(REVISION.c.created_at)
+
+
+def confirm_at_commit(
+    session: Session, evidence_id: uuid.UUID, revision: int, at: datetime
+) -> None:
+    """`confirm`, when nothing needs its answer: written as the transaction commits, with the
+    transaction's other confirmations (a group of revalidations, one statement)."""
+    row = {"b_evidence_id": evidence_id, "b_revision": revision, "b_at": at}
+    at_commit.add_rows(session, _CONFIRM_ONLY, [row])
 
 
 def confirm(session: Session, evidence_id: uuid.UUID, revision: int, at: datetime) -> bool:
