@@ -115,19 +115,29 @@ def test_concurrent_claimers_never_share_a_row_nor_take_more_than_asked(
     assert {tuple(row) for row in rows} == {("running", 1)}
 
 
-def test_a_claim_group_answers_each_thread_or_none() -> None:
+@pytest.fixture
+def own_database(engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's own database (`db.get_engine`) is `engine`'s while the test runs."""
+    from worker.settings import get_settings
+
+    monkeypatch.setenv("EVIDENCE_DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    get_settings.cache_clear()
+    db.dispose_engine()
+    yield
+    monkeypatch.undo()
+    get_settings.cache_clear()
+    db.dispose_engine()
+
+
+@pytest.mark.usefixtures("own_database")
+def test_a_claim_group_answers_each_thread_or_none(engine: sa.Engine) -> None:
     """Five threads' claims taken together over three queued rows: three claims, each with
     its freshness look-up, and None for the two left over (as a claim of an empty lane)."""
-    from tests.support.factories import cancel_open, parked
     from worker.jobs import claim_group
 
-    workspace = uuid.uuid4()
-    ids = parked(workspace, count=3, lane="batch")
-    try:
-        answers = claim_group.take([None] * 5)
-        claimed = [a for a in answers if isinstance(a, tuple)]
-        assert answers[3:] == [None, None] and len(claimed) == 3
-        assert sorted(str(claim.retrieval_id) for claim, _ in claimed) == sorted(ids)
-        assert all(found == (None, None) for _, found in claimed)  # nothing retrieved before
-    finally:
-        cancel_open(workspace)
+    ids = _queue(engine, uuid.uuid4(), 3)
+    answers = claim_group.take([None] * 5)
+    claimed = [a for a in answers if isinstance(a, tuple)]
+    assert answers[3:] == [None, None] and len(claimed) == 3
+    assert sorted(claim.retrieval_id for claim, _ in claimed) == sorted(ids)
+    assert all(found == (None, None) for _, found in claimed)  # nothing retrieved before
