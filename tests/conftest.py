@@ -272,3 +272,26 @@ def api(http: object, workspace: uuid.UUID) -> object:
     from tests.support.factories import Api, make_key
 
     return Api(http, make_key([workspace]))
+
+
+@pytest.fixture
+def own_database(env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A migrated database of the suite's kind that only this test uses, as the process's own
+    (`db.get_engine`) while it runs; its URL. For tests whose rows the session's sweep and
+    worker must not touch (they publish and claim any pending row of the suite's database)."""
+    from tests.support.databases import fresh_database
+    from worker.settings import get_settings
+    from worker.store import db
+    from worker.store.migrate import upgrade
+
+    with fresh_database(env.db_kind, tmp_path) as url:
+        upgrade(url)
+        monkeypatch.setenv("EVIDENCE_DATABASE_URL", url)
+        get_settings.cache_clear()
+        db.dispose_engine()
+        try:
+            yield url
+        finally:
+            monkeypatch.undo()
+            get_settings.cache_clear()
+            db.dispose_engine()

@@ -10,17 +10,13 @@ import threading
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from tests.conftest import Env
-from tests.support.databases import fresh_database
 from worker import clock
 from worker.store import db, retrievals
-from worker.store.migrate import upgrade
 
 pytestmark = pytest.mark.lifecycle
 
@@ -28,14 +24,13 @@ LEASE = timedelta(seconds=60)
 
 
 @pytest.fixture
-def engine(env: Env, tmp_path: Path) -> Iterator[sa.Engine]:
-    with fresh_database(env.db_kind, tmp_path) as url:
-        upgrade(url)
-        engine = db.make_engine(url)
-        try:
-            yield engine
-        finally:
-            engine.dispose()
+def engine(own_database: str) -> Iterator[sa.Engine]:
+    """An engine of the test's own database (which is also the process's, `own_database`)."""
+    engine = db.make_engine(own_database)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 def _queue(engine: sa.Engine, workspace: uuid.UUID, count: int) -> list[uuid.UUID]:
@@ -115,21 +110,6 @@ def test_concurrent_claimers_never_share_a_row_nor_take_more_than_asked(
     assert {tuple(row) for row in rows} == {("running", 1)}
 
 
-@pytest.fixture
-def own_database(engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The process's own database (`db.get_engine`) is `engine`'s while the test runs."""
-    from worker.settings import get_settings
-
-    monkeypatch.setenv("EVIDENCE_DATABASE_URL", engine.url.render_as_string(hide_password=False))
-    get_settings.cache_clear()
-    db.dispose_engine()
-    yield
-    monkeypatch.undo()
-    get_settings.cache_clear()
-    db.dispose_engine()
-
-
-@pytest.mark.usefixtures("own_database")
 def test_a_claim_group_answers_each_thread_or_none(engine: sa.Engine) -> None:
     """Five threads' claims taken together over three queued rows: three claims, each with
     its freshness look-up, and None for the two left over (as a claim of an empty lane)."""

@@ -160,6 +160,7 @@ class TestSettle:
         assert not retrievals.settle_claim(claim, _result(), late)
         assert _state(rid) == ("expired", 1)
 
+    @pytest.mark.usefixtures("own_database")  # the session's sweep would publish its re-pends
     def test_lost_on_last_attempt_is_unconfirmed(self) -> None:
         """A lease that runs out on the last attempt ends unconfirmed."""
         from worker.settings import get_settings
