@@ -140,7 +140,7 @@ def test_spare_threads_count_busy_and_waiting_work(queues: redis.Redis) -> None:
 
 
 @pytest.mark.lifecycle
-@pytest.mark.usefixtures("services")
+@pytest.mark.usefixtures("services", "own_database")  # a batch lane holding only its rows
 def test_a_batch_task_fills_the_idle_threads_with_the_tokens_it_takes(
     queues: redis.Redis, site: TLSSite
 ) -> None:
@@ -162,7 +162,7 @@ def test_a_batch_task_fills_the_idle_threads_with_the_tokens_it_takes(
 
 
 @pytest.mark.lifecycle
-@pytest.mark.usefixtures("services")
+@pytest.mark.usefixtures("services", "own_database")  # a batch lane holding only its rows
 def test_a_batch_task_runs_the_retrievals_of_the_tokens_it_takes(
     queues: redis.Redis, site: TLSSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
