@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from worker import clock
 from worker.content.chunking import split_revision
@@ -149,8 +150,22 @@ class TestSettleMany:
         assert _reports(one) == [1, 2, 3, 4] and _reports(two) == [1, 2, 3]
 
     def test_rows_queued_for_commit_are_dropped_on_rollback(self) -> None:
-        """A transaction that fails after queueing rows writes none of them."""
+        """Rows queued in a transaction that rolls back are not written by the session's next
+        commit; a failed settle group leaves its rows as they were."""
         claim = _claimed(uuid.uuid4(), "https://example.org/rolled-back")
+        cancel = (
+            sa.update(RETRIEVAL)
+            .where(RETRIEVAL.c.id == sa.bindparam("b_id"))
+            .values(state="cancelled")
+        )
+        with Session(db.get_engine()) as session:
+            session.begin()
+            at_commit.add_rows(session, cancel, [{"b_id": claim.retrieval_id}])
+            session.rollback()  # the queued row goes with the transaction
+            session.begin()
+            session.commit()  # would write it, had the rollback not dropped it
+        assert _row(claim.retrieval_id)[0] == "running"
+
         job = _job(claim, "Rolled back.")
 
         def fail(session: Any) -> None:
@@ -160,9 +175,6 @@ class TestSettleMany:
         with pytest.raises(RuntimeError):
             db.with_transient_retry(fail)
         assert _row(claim.retrieval_id) == ("running", None, None)
-        with db.session_scope() as session:
-            assert session.info.get("at_commit.rows") is None
-            at_commit.flush(session)  # nothing queued: nothing written
         assert _settle_many([job]) == [True]
 
 

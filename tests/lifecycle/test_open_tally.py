@@ -15,7 +15,9 @@ from worker.states import RetrievalState as S
 from worker.store import db, open_tally, retrievals
 from worker.store.models import OpenTally, Retrieval
 
-pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services")]
+# A database of its own: its rows wait in the batch lane, where any spare token the session's
+# worker holds (another test's cancelled row) would claim and settle them, freeing room.
+pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services", "own_database")]
 
 TTL = timedelta(hours=1)
 LIMIT = 10

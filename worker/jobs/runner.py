@@ -33,7 +33,7 @@ from worker.reasons import Reason
 from worker.settings import get_settings
 from worker.states import RetrievalState as S
 from worker.store import db, retrievals
-from worker.store.settles import SettleJob
+from worker.store.settles import SettleJob, settle_alone
 
 if TYPE_CHECKING:
     from worker.content.pipeline import FetcherLike, PipelineOutput
@@ -161,6 +161,20 @@ def run_next_batch() -> dict[str, Any] | None:
     None when there was nothing to claim (another token ran the retrieval this one stood for).
     """
     spare_tokens.fan_out(_run_fanned_out)
+    return _run_with_follow_ons()
+
+
+def _run_fanned_out() -> None:
+    """A token `spare_tokens.fan_out` took, on an idle thread: as a delivered one, its outcomes
+    logged only (no Celery task stands for them)."""
+    try:
+        _run_with_follow_ons()
+    except Exception:  # no task reports it: the log must (the row's lease and the sweep recover it)
+        log.exception("fanned_out_batch_failed")
+
+
+def _run_with_follow_ons() -> dict[str, Any] | None:
+    """The next batch retrieval, then further tokens' while nothing else wants the thread."""
     first = _run_next_batch()
     if first is None:
         return None
@@ -173,25 +187,12 @@ def run_next_batch() -> dict[str, Any] | None:
     return {**first, "then": then} if then else first
 
 
-def _run_fanned_out() -> None:
-    """A token `spare_tokens.fan_out` took: its claim, then further spare tokens, each logged
-    (no Celery task stands for them, as for a delivered message's follow-ons)."""
-    try:
-        outcome = _run_next_batch()
-        count = 0
-        while outcome is not None and count < spare_tokens.MAX_FOLLOW_ONS and spare_tokens.take():
-            outcome = _run_next_batch()
-            count += 1
-    except Exception:  # no task reports it: the log must (the row's lease and the sweep recover it)
-        log.exception("fanned_out_batch_failed")
-
-
 def _run_next_batch() -> dict[str, Any] | None:
-    lease = timedelta(seconds=get_settings().lease_seconds)
     with ranked(ranked_gate.BATCH):  # its turn for a connection comes after interactive work's
         if _grouping():
             claimed = claim_group.get().submit(None)
         else:
+            lease = timedelta(seconds=get_settings().lease_seconds)
             claimed = db.with_transient_retry(
                 _looking_up(lambda s: retrievals.claim_next_batch(s, clock.now(), lease))
             )
@@ -259,7 +260,7 @@ def _settle(job: SettleJob) -> bool:
     (`settle_group`); everything else is written in its own transaction."""
     if job.claim.lane == "batch" and _grouping():
         return settle_group.get().submit(job)
-    return retrievals.settle_claim(job.claim, job.result, job.now, job.images, job.then, job.stored)
+    return settle_alone(job)
 
 
 def _recorded_outcome(

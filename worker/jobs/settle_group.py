@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from worker.jobs.grouped import Grouped, one_per_process
 from worker.store import db, retrievals
-from worker.store.settles import SettleJob, settle_many
+from worker.store.settles import SettleJob, settle_alone, settle_many
 
 log = structlog.get_logger(__name__)
 
@@ -42,9 +42,7 @@ def write(jobs: Sequence[SettleJob]) -> list[bool | BaseException]:
 
 def _write_alone(job: SettleJob) -> bool | BaseException:
     try:
-        return retrievals.settle_claim(
-            job.claim, job.result, job.now, job.images, job.then, job.stored
-        )
+        return settle_alone(job)
     except Exception as exc:  # noqa: BLE001  (raised again in its own thread)
         return exc
 

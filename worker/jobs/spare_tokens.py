@@ -86,21 +86,18 @@ def take() -> bool:
 MAX_FAN_OUT = 16
 
 
-def fan_out(run: Callable[[], Any]) -> int:
+def fan_out(run: Callable[[], Any]) -> None:
     """Take a token for each idle thread of this process (at most `MAX_FAN_OUT`) and run `run`
-    on that thread for it; how many were taken.
+    on that thread for it.
 
     Celery delivers a worker's messages one at a time on its consumer thread (~50-90 a second
     while the threads work): 256 threads took 5 s to fill at the start of a batch. A
     delivered batch message fills the idle threads it finds instead.
     """
-    taken = 0
     for _ in range(min(MAX_FAN_OUT, lane_pool.spare_threads())):
         if not take():
-            break
+            return
         try:
             lane_pool.run_batch_work(run)
         except RuntimeError:  # the pool is stopping: the sweep republishes the token's row
-            break
-        taken += 1
-    return taken
+            return

@@ -33,7 +33,7 @@ from worker.clock import as_utc
 from worker.content.results import Result, has_content
 from worker.states import RetrievalState as S
 from worker.store import db, evidence, webhooks
-from worker.store.retrievals import RETRIEVAL, SETTLE, AfterSettle, Claim, Fenced
+from worker.store.retrievals import RETRIEVAL, SETTLE, AfterSettle, Claim, Fenced, settle_claim
 from worker.store.typed import rowcount
 
 if TYPE_CHECKING:
@@ -50,6 +50,11 @@ class SettleJob:
     images: Sequence[ImageRef] = ()
     then: AfterSettle | None = None
     stored: tuple[uuid.UUID, int] | None = None
+
+
+def settle_alone(job: SettleJob) -> bool:
+    """Settle `job` in its own transaction (`retrievals.settle_claim`)."""
+    return settle_claim(job.claim, job.result, job.now, job.images, job.then, job.stored)
 
 
 def _holders(postgres: bool) -> sa.Select[tuple[uuid.UUID, str, int, datetime]]:
