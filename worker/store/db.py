@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -106,17 +105,32 @@ def make_engine(url: str) -> Engine:
     )
 
 
-@lru_cache
+_engine: Engine | None = None
+_factories: dict[bool, sessionmaker[Session]] = {}
+#: Threads that ask for the engine at once get the same one (`lru_cache` would let each build
+#: its own on a miss: the spare engines' pools were dropped with their connections open).
+_engine_lock = threading.Lock()
+
+
 def get_engine() -> Engine:
     """The process-wide engine for the configured database."""
-    return make_engine(get_settings().database_url)
+    global _engine
+    engine = _engine
+    if engine is None:
+        with _engine_lock:
+            if _engine is None:
+                _engine = make_engine(get_settings().database_url)
+            engine = _engine
+    return engine
 
 
-@lru_cache
 def _session_factory(readonly: bool = False) -> sessionmaker[Session]:
-    engine = get_engine()
-    bind = engine.execution_options(readonly=True) if readonly else engine
-    return sessionmaker(bind, expire_on_commit=False)
+    factory = _factories.get(readonly)
+    if factory is None:  # two threads may both build one: sessionmakers hold no connections
+        engine = get_engine()
+        bind = engine.execution_options(readonly=True) if readonly else engine
+        factory = _factories.setdefault(readonly, sessionmaker(bind, expire_on_commit=False))
+    return factory
 
 
 @contextmanager
@@ -215,7 +229,9 @@ def queue_for_connections() -> None:
 
 def dispose_engine() -> None:
     """Forget the engine (after a fork, or when tests change the database URL)."""
-    if get_engine.cache_info().currsize:
-        get_engine().dispose()
-    get_engine.cache_clear()
-    _session_factory.cache_clear()
+    global _engine
+    with _engine_lock:
+        engine, _engine = _engine, None
+        _factories.clear()
+    if engine is not None:
+        engine.dispose()
