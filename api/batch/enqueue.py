@@ -8,8 +8,9 @@ server already has and creates only the rest. The batch answers each item on its
 or known lines are submitted, items refused for a quota (429) are sent again after their
 `Retry-After`, others (400/409) are rejected lines. With `wait`, a second phase watches the
 unsettled retrievals with `POST …/retrievals/batch-get` and `Prefer: wait=N` (the server answers
-as soon as one of them settles), oldest first, at most one request per `poll_interval`, until
-every retrieval is settled or `timeout` seconds pass. How answers are retried:
+as soon as one of them settles), oldest first, as many per round as the batch's pace needs
+(`watched_next`), at most one round per `poll_interval` while some stay open, until every
+retrieval is settled or `timeout` seconds pass. How answers are retried:
 `api.batch.http`; the out file and the summary: `api.batch.report`.
 
 Exit codes (the policy: "did every line get into the service?", not "did every fetch work?"):
@@ -69,6 +70,8 @@ MAX_CHUNK = 1000
 #: The long-poll asked of the API (`Prefer: wait=N`; the API caps it at 30 s).
 LONG_POLL_SECONDS = 30
 UNSETTLED_STATES = frozenset({"pending", "running"})
+#: The fewest unsettled lines a round of `--wait` reads (unless `--chunk-size` is smaller).
+MIN_WATCHED = 100
 REQUEST_TIMEOUT = httpx.Timeout(60.0, connect=10.0)  # a long-poll answers within 30 s
 PLAIN_PROGRESS_SECONDS = 5.0  # how often a non-terminal console gets a progress line
 T = TypeVar("T")
@@ -117,6 +120,18 @@ def validate_options(options: EnqueueOptions) -> str | None:
     if problem is None and options.language is not None:
         problem = check_language(options.language)
     return problem
+
+
+def watched_next(watched: int, settled: int, most: int) -> int:
+    """How many of the oldest unsettled lines the next round of `--wait` reads, after a round
+    that read `watched` of which `settled` had settled: twice what settled (the pace of the
+    batch, with room to speed up), at least half as many as this round (a stalled front
+    shrinks the window slowly) and `MIN_WATCHED`, at most `most`.
+
+    Every line read costs the API a row and its JSON each round: reading the oldest 1 000 each
+    second, a batch's long-polls cost the API more than its submission.
+    """
+    return min(most, max(MIN_WATCHED, 2 * settled, watched // 2))
 
 
 async def drain(items: Iterable[T], work: Callable[[T], Awaitable[None]], workers: int) -> None:
@@ -304,13 +319,16 @@ class Batch:
     async def wait_all(self) -> None:
         """Watch the unsettled retrievals, oldest first, until all settle or the time is up.
 
-        Each round long-polls the oldest `chunk_size` unsettled ones (the API answers as soon
-        as one of them settles) and takes at least `poll_interval`, so a round reports what
-        settled meanwhile together. When the timeout comes, one last round reads every line.
+        Each round long-polls the oldest unsettled ones (the API answers as soon as one of
+        them settles; how many: `watched_next`, at most `chunk_size`) and takes at least
+        `poll_interval`, so a round reports what settled meanwhile together; a round in which
+        every line read had settled is followed at once. When the timeout comes, one last
+        round reads every line.
         """
         o, loop = self.options, asyncio.get_running_loop()
         deadline = None if o.timeout is None else loop.time() + o.timeout
         self.report.waiting_for(self.tally.settled + len(self.waiting))
+        watched = min(MIN_WATCHED, o.chunk_size)
         while self.waiting:
             started = loop.time()
             remaining = None if deadline is None else deadline - started
@@ -319,10 +337,13 @@ class Batch:
             wait = (
                 LONG_POLL_SECONDS if remaining is None else int(min(LONG_POLL_SECONDS, remaining))
             )
-            await self.read(self.waiting[: o.chunk_size], wait)
+            group = self.waiting[:watched]
+            await self.read(group, wait)
             self.waiting = [pending for pending in self.waiting if not pending.done]
+            settled = sum(pending.done for pending in group)
+            watched = watched_next(len(group), settled, o.chunk_size)
             spent = loop.time() - started
-            pause = o.poll_interval - spent
+            pause = 0.0 if settled == len(group) else o.poll_interval - spent
             if remaining is not None:
                 pause = min(pause, deadline - loop.time())  # type: ignore[operator]
             if self.waiting and pause > 0:

@@ -25,6 +25,7 @@ from rich.console import Console
 
 from api.batch import enqueue
 from api.batch.enqueue import (
+    MIN_WATCHED,
     EnqueueOptions,
     RetryPolicy,
     Tally,
@@ -33,6 +34,7 @@ from api.batch.enqueue import (
     exit_code,
     parse_retry_after,
     run_enqueue,
+    watched_next,
 )
 from api.batch.input import mutation_id
 from tests.support.fake_api import FakeApi
@@ -396,6 +398,40 @@ class TestWait:
         assert oldest[0] == oldest[-1] > 2  # every round, then the last look
         assert rest == [1] * 30  # only the last look
         assert summary_row(output(opts.console), "unsettled (timeout)") == 40
+
+    def test_rounds_grow_with_the_pace_of_settling(self, tmp_path: Path) -> None:
+        """A round whose lines had all settled is followed at once by one twice as large."""
+        with FakeApi(settle_after=1) as server:
+            opts = options(server, write_list(tmp_path, urls(300)), wait=True, poll_interval=30)
+            assert run_enqueue(opts) == 0
+        assert server.read_sizes == [100, 200]
+        assert server.reads[1] - server.reads[0] < 30  # no pause between them
+        assert summary_row(output(opts.console), "settled") == 300
+
+    def test_rounds_read_the_oldest_hundred_while_nothing_settles(self, tmp_path: Path) -> None:
+        """With nothing settling, rounds read the oldest `MIN_WATCHED` lines, not a whole
+        chunk; the last look reads every line."""
+        with FakeApi(settle_after=10**9) as server:
+            opts = options(
+                server, write_list(tmp_path, urls(300)), wait=True, timeout=0.5, poll_interval=0.05
+            )
+            assert run_enqueue(opts) == 0
+        *rounds, last = server.read_sizes
+        assert len(rounds) >= 2 and set(rounds) == {MIN_WATCHED} and last == 300
+
+    @pytest.mark.parametrize(
+        ("watched", "settled", "most", "expected"),
+        [
+            (100, 0, 1000, 100),  # nothing settled: never below the floor
+            (100, 100, 1000, 200),  # all settled: twice as many
+            (600, 600, 1000, 1000),  # capped at the chunk size
+            (800, 0, 1000, 400),  # a stalled front: half as many
+            (800, 300, 1000, 600),  # twice the pace
+            (10, 10, 10, 10),  # a chunk size below the floor caps it
+        ],
+    )
+    def test_watched_next(self, watched: int, settled: int, most: int, expected: int) -> None:
+        assert watched_next(watched, settled, most) == expected
 
     def test_long_polls_at_most_one_round_per_interval(self, tmp_path: Path) -> None:
         """Reads ask the API to hold the answer (`Prefer: wait`) and are poll_interval apart."""

@@ -68,9 +68,11 @@ class FakeApi:
     by_id: dict[str, Record] = field(default_factory=dict)
     created: Counter[tuple[str, str]] = field(default_factory=Counter)
     attempts: Counter[str] = field(default_factory=Counter)
-    #: Retrievals read (one per id of each batch-get), batch-get requests, their Prefer headers.
+    #: Retrievals read (one per id of each batch-get), batch-get requests (their times and
+    #: sizes), their Prefer headers.
     gets: int = 0
     reads: list[float] = field(default_factory=list)
+    read_sizes: list[int] = field(default_factory=list)
     prefers: list[str] = field(default_factory=list)
     #: The Cache-Control header of each batch submit ("" when absent).
     cache_controls: list[str] = field(default_factory=list)
@@ -133,6 +135,7 @@ class FakeApi:
     ) -> None:
         with self._lock:
             self.reads.append(time.monotonic())
+            self.read_sizes.append(len(payload["ids"]))
             self.prefers.append(headers.get("prefer", ""))
             found = []
             for retrieval_id in payload["ids"]:
