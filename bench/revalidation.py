@@ -53,6 +53,8 @@ class Pass:
     cpu_postgres: float
     site_bytes: int
     site_requests: int
+    #: Connections the site accepted (its own counters' reads included: two a pass).
+    site_connections: int
     ready: int
     new_revisions: int
     #: Worker children's CPU seconds by step (bench.probe): task, fetch, extract, db, redis.
@@ -134,6 +136,7 @@ def run_pass(
         cpu_postgres=sum(v - pg_before.get(pid, 0.0) for pid, v in pg_after.items()),
         site_bytes=site_after["bytes_out"] - site_before["bytes_out"],
         site_requests=site_after["requests"] - site_before["requests"],
+        site_connections=site_after["connections"] - site_before["connections"],
         ready=ready,
         new_revisions=revisions_after - revisions_before,
         probe=probe,
