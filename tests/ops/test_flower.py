@@ -26,9 +26,39 @@ pytestmark = pytest.mark.usefixtures("services")
 LOGIN = ("ops", f"pw-{uuid.uuid4().hex[:12]}")
 
 
+def quiet_the_batch_lane(env: Env) -> None:
+    """Cancel what earlier tests left open and drop the batch lane's tokens.
+
+    Left alone, the session's worker drains them while these tests run, and each token is a
+    task whose events Flower processes in turn: in a full suite run its task list lagged more
+    than 30 s behind the worker. Earlier tests have ended, so nothing open is still awaited.
+    """
+    import redis
+    import sqlalchemy as sa
+
+    from worker import clock
+    from worker.jobs.celery_app import BATCH_QUEUE
+    from worker.store import db, retrievals
+    from worker.store.models import Retrieval
+
+    def cancel_all(session: Any) -> None:
+        T = Retrieval.__table__.c  # type: ignore[attr-defined]
+        query = sa.select(Retrieval).where(T.state.in_(["pending", "running"]))
+        for row in session.execute(query).scalars().all():
+            retrievals.cancel(session, row, clock.now())
+
+    db.with_transient_retry(cancel_all)
+    client = redis.Redis.from_url(env.broker_url)
+    try:
+        client.delete(BATCH_QUEUE)
+    finally:
+        client.close()
+
+
 @pytest.fixture(scope="module")
 def flower(env: Env) -> Iterator[str]:
     """`evidence flower --port P` against the test broker; its base URL once it sees events."""
+    quiet_the_batch_lane(env)
     port = free_port()
     process = Process(
         ["flower", "--port", str(port)],
@@ -165,17 +195,23 @@ class TestFlower:
         assert done["ready"]["result"]["status"] == "ready"
         assert done["missing"]["result"]["reason"] == "not_found"
 
+        listed: dict[str, Any] = {}
+
         def results() -> dict[str, dict[str, Any]] | None:
             by_rid = {
                 ast.literal_eval(t["args"])[0]: t
                 for t in flower_tasks(flower, "evidence.retrieve").values()
             }
+            listed.update({name: by_rid.get(rid, {}).get("state") for name, rid in ids.items()})
             tasks = [by_rid.get(rid, {}) for rid in ids.values()]
             if not all(t.get("state") == "SUCCESS" and t.get("result") for t in tasks):
                 return None
             return {name: ast.literal_eval(by_rid[rid]["result"]) for name, rid in ids.items()}
 
-        seen = wait_for(results, timeout=30, interval=0.5)
+        try:
+            seen = wait_for(results, timeout=30, interval=0.5)
+        except TimeoutError:
+            pytest.fail(f"Flower's task states after 30 s: {listed}")
         expected = {
             "ready": ("settled", "completed", "ready", None, 1),
             "missing": ("settled", "completed", "unavailable", "not_found", 1),
