@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import Env, Services
 from tests.ops.conftest import scrape, value
-from tests.support.factories import Api, body
+from tests.support.factories import Api, body, cancel_open
 from tests.support.pages import article, slow
 from tests.support.services import Process, free_port, wait_for
 from tests.support.tls_site import TLSSite
@@ -34,20 +34,10 @@ def quiet_the_batch_lane(env: Env) -> None:
     than 30 s behind the worker. Earlier tests have ended, so nothing open is still awaited.
     """
     import redis
-    import sqlalchemy as sa
 
-    from worker import clock
     from worker.jobs.celery_app import BATCH_QUEUE
-    from worker.store import db, retrievals
-    from worker.store.models import Retrieval
 
-    def cancel_all(session: Any) -> None:
-        T = Retrieval.__table__.c  # type: ignore[attr-defined]
-        query = sa.select(Retrieval).where(T.state.in_(["pending", "running"]))
-        for row in session.execute(query).scalars().all():
-            retrievals.cancel(session, row, clock.now())
-
-    db.with_transient_retry(cancel_all)
+    cancel_open(None)
     client = redis.Redis.from_url(env.broker_url)
     try:
         client.delete(BATCH_QUEUE)

@@ -207,8 +207,9 @@ def parked(
     return [str(i) for i in db.with_transient_retry(record)]
 
 
-def cancel_open(workspace: uuid.UUID) -> None:
-    """Cancel whatever a test left open in `workspace` (so it burdens no later test)."""
+def cancel_open(workspace: uuid.UUID | None) -> None:
+    """Cancel whatever a test left open in `workspace` (None: in every workspace), so it
+    burdens no later test."""
     import sqlalchemy as sa
 
     from worker import clock
@@ -218,9 +219,9 @@ def cancel_open(workspace: uuid.UUID) -> None:
     T = Retrieval.__table__.c  # type: ignore[attr-defined]
 
     def cancel_all(session: Any) -> None:
-        query = sa.select(Retrieval).where(
-            T.workspace_id == workspace, T.state.in_(["pending", "running"])
-        )
+        query = sa.select(Retrieval).where(T.state.in_(["pending", "running"]))
+        if workspace is not None:
+            query = query.where(T.workspace_id == workspace)
         for row in session.execute(query).scalars().all():
             retrievals.cancel(session, row, clock.now())
 
