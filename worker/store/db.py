@@ -30,8 +30,10 @@ SQLITE = "sqlite"
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
 #: Attempts at a short transaction that hit a transient lock or a dropped connection.
 TRANSIENT_ATTEMPTS = 4
-#: Test each pooled connection with a round trip before use (see `skip_pre_ping`).
+#: Test pooled connections that sat idle with a round trip before use (see `skip_pre_ping`).
 _pre_ping = True
+#: A pooled connection idle at least this long is pinged at checkout (`_ping_if_idle`).
+IDLE_PING_SECONDS = 1.0
 #: How long a checkout waits for a pooled PostgreSQL connection (see `queue_for_connections`).
 _pool_timeout = 5.0
 #: What a threads-pool worker's retrievals wait for a connection: they hold one only for a
@@ -95,14 +97,41 @@ def make_engine(url: str) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     pool_size = get_settings().db_pool_size
-    return sa.create_engine(
+    engine = sa.create_engine(
         url,
-        pool_pre_ping=_pre_ping,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_timeout=_pool_timeout,
         connect_args={"connect_timeout": 5},
     )
+    if _pre_ping:
+        _ping_if_idle(engine)
+    return engine
+
+
+def _ping_if_idle(engine: Engine) -> None:
+    """Test a pooled connection before use when it sat in the pool for IDLE_PING_SECONDS.
+
+    A connection the database dropped while it was idle (a restart, an idle timeout) is
+    replaced before a request uses it, as `pool_pre_ping` would; one checked in a moment ago
+    is used as it is. Under load every connection comes back within milliseconds, and the
+    `SELECT 1` per checkout was a round trip in each request (the writes' transactions retry on
+    a dropped connection anyway: `with_transient_retry`).
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["checked_in_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("checked_in_at")
+        if idle_since is None or time.monotonic() - idle_since < IDLE_PING_SECONDS:
+            return  # new, or back a moment ago
+        try:
+            engine.dialect.do_ping(dbapi_connection)  # what pool_pre_ping runs
+        except Exception as exc:  # the database went away: connect anew
+            raise sa.exc.InvalidatePoolError(type(exc).__name__) from exc
 
 
 _engine: Engine | None = None
@@ -208,11 +237,10 @@ def _is_transient(exc: DBAPIError) -> bool:
 
 
 def skip_pre_ping() -> None:
-    """Stop testing pooled connections before use (worker processes).
+    """Stop testing idle pooled connections before use (worker processes).
 
     Every worker transaction runs under `with_transient_retry`, which retries on a dropped
-    connection anyway, so the `SELECT 1` per checkout (two per retrieval) buys nothing there.
-    The API keeps it: a request has no retry of its own.
+    connection anyway. The API keeps it: its reads have no retry of their own.
     """
     global _pre_ping
     _pre_ping = False
