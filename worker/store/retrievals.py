@@ -8,6 +8,7 @@ freely: the database lets exactly one of them win.
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -425,13 +426,22 @@ def _insert_many(
     return {row.mutation_id: row for row in rows}
 
 
+#: Workspaces this process saw a committed schedule row of, per engine (rows are never
+#: deleted): a busy workspace's next retrievals skip the read. Forgotten when it grows past
+#: SCHEDULED_CACHE_SIZE, and with the engine (another database).
+_scheduled: weakref.WeakKeyDictionary[Any, set[uuid.UUID]] = weakref.WeakKeyDictionary()
+SCHEDULED_CACHE_SIZE = 100_000
+
+
 def note_batch_work(session: Session, workspace_ids: Sequence[uuid.UUID]) -> None:
     """Make sure each workspace has a schedule row (never served yet: it comes first).
 
     Read first: an INSERT that meets an existing row waits for whichever claim is updating
     it (its `served_at`) to commit, and a busy workspace's row is almost always being updated.
+    Only rows read are remembered, not those inserted here: this transaction may roll back.
     """
-    wanted = list(dict.fromkeys(workspace_ids))
+    scheduled = _scheduled.setdefault(session.get_bind(), set())
+    wanted = [w for w in dict.fromkeys(workspace_ids) if w not in scheduled]
     if not wanted:
         return
     known = set(
@@ -439,6 +449,9 @@ def note_batch_work(session: Session, workspace_ids: Sequence[uuid.UUID]) -> Non
             sa.select(SCHEDULE.c.workspace_id).where(SCHEDULE.c.workspace_id.in_(wanted))
         ).scalars()
     )
+    if len(scheduled) + len(known) > SCHEDULED_CACHE_SIZE:
+        scheduled.clear()
+    scheduled.update(known)
     rows = [{"workspace_id": w, "served_at": None} for w in wanted if w not in known]
     if rows:
         session.execute(db.insert_for(db.dialect(session))(SCHEDULE).on_conflict_do_nothing(), rows)
