@@ -99,16 +99,13 @@ def submit_retrieval(
     ttl = timedelta(seconds=settings.receipt_ttl_seconds)
     new = new_retrieval(request, max_age)
     try:
-        row, created = db.with_transient_retry(
-            lambda s: retrievals.create_within_quota(
-                s,
-                new,
-                clock.now(),
-                ttl,
-                limits.open_retrievals,
-                settings.interactive_open_limit,
-                rate_ok=grant.granted == 1,
-            )
+        row, created = retrievals.record_single(
+            new,
+            clock.now(),
+            ttl,
+            limits.open_retrievals,
+            settings.interactive_open_limit,
+            rate_ok=grant.granted == 1,
         )
     except retrievals.MutationConflict:
         quotas.limiter.refund(request.workspace, grant.granted, limits)

@@ -34,11 +34,7 @@ def record(workspace: uuid.UUID, wanted: int, limit: int = LIMIT) -> int:
             workspace, uuid.uuid4(), "https://example.org/", "url_text", None
         )
         try:
-            db.with_transient_retry(
-                lambda s, r=request: retrievals.create_within_quota(  # type: ignore[misc]
-                    s, r, clock.now(), TTL, limit, 0
-                )
-            )
+            retrievals.record_single(request, clock.now(), TTL, limit, 0)
         except retrievals.OverQuota as refused:
             assert refused.reason == retrievals.OVER_OPEN
             continue

@@ -174,7 +174,8 @@ class BatchSchedule(SQLModel, table=True):
 class OpenTally(SQLModel, table=True):
     """An upper bound of a workspace's open retrievals, kept so that a new one far below the
     open ceiling needs no count (`worker.store.open_tally`): the rows open at the last exact
-    count plus every row recorded since. Both change only under the workspace's quota lock."""
+    count plus every row recorded since. `counted` changes only under the workspace's quota
+    lock; `added` also grows by a single retrieval's reservation (under the row's own lock)."""
 
     __tablename__ = "open_tally"
 

@@ -300,6 +300,33 @@ def find_existing(
     return {row.mutation_id: row for row in session.execute(query)}
 
 
+def record_single(
+    request: NewRetrieval,
+    now: datetime,
+    ttl: timedelta,
+    open_limit: int,
+    interactive_limit: int,
+    rate_ok: bool = True,
+) -> tuple[RetrievalRow, bool]:
+    """Record a single retrieval within its workspace's quotas; (row, created). Committed.
+
+    `create_within_quota` in a transaction of its own; on PostgreSQL it reserves with the
+    COMMIT, and when that finds no room, it runs again deciding by the exact count.
+    """
+
+    def attempt(at_commit: bool) -> tuple[RetrievalRow, bool]:
+        return db.with_transient_retry(
+            lambda s: create_within_quota(
+                s, request, now, ttl, open_limit, interactive_limit, rate_ok, at_commit
+            )
+        )
+
+    try:
+        return attempt(True)
+    except open_tally.NoRoomAtCommit:
+        return attempt(False)
+
+
 def create_within_quota(
     session: Session,
     request: NewRetrieval,
@@ -308,6 +335,7 @@ def create_within_quota(
     open_limit: int,
     interactive_limit: int,
     rate_ok: bool = True,
+    reserve_at_commit: bool = False,
 ) -> tuple[RetrievalRow, bool]:
     """Record a single retrieval if its workspace's quotas allow; (row, created).
 
@@ -322,13 +350,21 @@ def create_within_quota(
     workspace's requests, and only until the commit). When the tally shows no room, the
     workspace's quota lock is taken and the open rows counted; over the ceiling, `OverQuota`
     rolls the insert back with the transaction.
+
+    `reserve_at_commit` (PostgreSQL): the reservation is sent with the COMMIT
+    (`open_tally.reserve_and_commit`), which ends the transaction, or raises `NoRoomAtCommit`.
     """
     if not rate_ok:
         return _refused_unless_replay(session, request, open_limit)
     interactive = count_interactive(session, request.workspace_id, interactive_limit)
     lane = LANE_BATCH if interactive >= interactive_limit else LANE_INTERACTIVE
     row, created = create_retrieval(session, request, now, ttl, lane)
-    if not created or open_tally.reserve(session, request.workspace_id, 1, open_limit):
+    if not created:
+        return row, created
+    if reserve_at_commit and db.dialect(session) == db.POSTGRESQL:
+        open_tally.reserve_and_commit(session, request.workspace_id, 1, open_limit)
+        return row, created
+    if open_tally.reserve(session, request.workspace_id, 1, open_limit):
         return row, created
     lock_workspace(session, request.workspace_id)
     if not open_tally.recount(session, request.workspace_id, 1, open_limit, own=1):

@@ -1,0 +1,71 @@
+"""PostgreSQL: a single retrieval's reservation in the open tally travels with its COMMIT
+(`open_tally.reserve_and_commit`). SQLite reserves before its COMMIT (one writer at a time
+anyway), so this module runs on PostgreSQL only (not in the Makefile's SQLITE_TESTS)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from tests.lifecycle.test_open_tally import LIMIT, TTL, close, open_count, record, tally
+from worker import clock
+from worker.store import db, open_tally, retrievals
+
+pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services", "own_database")]
+
+
+def _new(workspace: uuid.UUID) -> retrievals.NewRetrieval:
+    return retrievals.NewRetrieval(
+        workspace, uuid.uuid4(), "https://example.org/", "url_text", None
+    )
+
+
+class TestReserveAtCommit:
+    """A single retrieval's reservation travels with its COMMIT."""
+
+    def test_the_reservation_and_the_commit_are_one_statement(self, workspace: uuid.UUID) -> None:
+        """With room in the tally, nothing is sent after the reservation: it carries the
+        COMMIT, so the tally row is locked only while the server commits."""
+        assert record(workspace, 1) == 1  # starts the tally by an exact count
+        statements: list[str] = []
+
+        def seen(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+            statements.append(statement)
+
+        engine = db.get_engine()
+        sa.event.listen(engine, "before_cursor_execute", seen)
+        try:
+            assert record(workspace, 1) == 1
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", seen)
+        assert "UPDATE open_tally" in statements[-1] and statements[-1].endswith("COMMIT")
+        assert not any("open_tally" in s for s in statements[:-1])
+        assert tally(workspace) == (0, 2)
+        assert open_count(workspace) == 2
+
+    def test_no_room_at_commit_rolls_the_insert_back(self, workspace: uuid.UUID) -> None:
+        """No tally yet: the reservation finds no row, and the row inserted before it is gone."""
+
+        def write(session: Session) -> None:
+            retrievals.create_within_quota(
+                session, _new(workspace), clock.now(), TTL, LIMIT, 0, reserve_at_commit=True
+            )
+
+        with pytest.raises(open_tally.NoRoomAtCommit):
+            db.with_transient_retry(write)
+        assert open_count(workspace) == 0 and tally(workspace) is None
+
+    def test_a_full_tally_refuses_at_commit_and_the_exact_count_decides(
+        self, workspace: uuid.UUID
+    ) -> None:
+        """At the ceiling, `record_single` is refused at commit, then counts: over quota."""
+        assert record(workspace, LIMIT) == LIMIT
+        with pytest.raises(retrievals.OverQuota):
+            retrievals.record_single(_new(workspace), clock.now(), TTL, LIMIT, 0)
+        assert open_count(workspace) == LIMIT
+        close(workspace, 1)  # room again, which only the exact count can see
+        retrievals.record_single(_new(workspace), clock.now(), TTL, LIMIT, 0)
+        assert open_count(workspace) == LIMIT
