@@ -43,12 +43,23 @@ def record(workspace: uuid.UUID, wanted: int, limit: int = LIMIT) -> int:
 
 
 def tally(workspace: uuid.UUID) -> tuple[int, int] | None:
-    row = db.with_transient_retry(
+    """(counted, added) over the workspace's shards; None when it has no tally."""
+    rows = db.with_transient_retry(
         lambda s: s.execute(
-            sa.select(T.counted, T.added).where(T.workspace_id == workspace)
-        ).one_or_none()
+            sa.select(T.shard, T.counted, T.added, T.ceiling).where(T.workspace_id == workspace)
+        ).all()
     )
-    return None if row is None else (row.counted, row.added)
+    if not rows:
+        return None
+    assert sorted(r.shard for r in rows) == list(range(open_tally.SHARDS))
+    for row in rows:  # no shard past its share of the ceiling it was split under
+        assert row.counted + row.added <= open_tally.share(row.shard, row.ceiling)
+    return sum(r.counted for r in rows), sum(r.added for r in rows)
+
+
+def bound(workspace: uuid.UUID) -> int | None:
+    counts = tally(workspace)
+    return None if counts is None else sum(counts)
 
 
 def close(workspace: uuid.UUID, how_many: int) -> None:
@@ -76,12 +87,12 @@ class TestTally:
     def test_first_retrieval_counts_then_the_bound_grows_without_counting(
         self, workspace: uuid.UUID
     ) -> None:
-        """No row: the exact count starts it; below the ceiling each new one only adds."""
+        """No tally: the exact count starts it; below the ceiling each new one only adds."""
         assert tally(workspace) is None
         assert record(workspace, 1) == 1
         assert tally(workspace) == (0, 1)
         assert record(workspace, 4) == 4
-        assert tally(workspace) == (0, 5)
+        assert bound(workspace) == 5  # a shard without room counted again: still 5
 
     def test_the_ceiling_holds_exactly(self, workspace: uuid.UUID) -> None:
         """Ten of ten: the eleventh is refused, and nothing past the ceiling was recorded."""
@@ -93,11 +104,11 @@ class TestTally:
         the exact count finds the room and starts the tally again from the truth."""
         assert record(workspace, LIMIT) == LIMIT
         close(workspace, 3)
-        assert tally(workspace) == (0, LIMIT)
+        assert bound(workspace) == LIMIT
         assert record(workspace, 5) == 3
         # The last two counted, found no room, and were rolled back with what they wrote:
         # the tally is where the third left it, a bound at the ceiling (the next one counts).
-        assert tally(workspace) == (LIMIT - 3, 3)
+        assert bound(workspace) == LIMIT
         assert open_count(workspace) == LIMIT
 
     def test_a_lower_ceiling_applies_at_once(self, workspace: uuid.UUID) -> None:
@@ -105,9 +116,16 @@ class TestTally:
         assert record(workspace, 4) == 4
         assert record(workspace, 1, limit=3) == 0
         # Refused: nothing it wrote stays, and the bound (4) is still above the truth.
-        assert tally(workspace) == (0, 4)
+        assert bound(workspace) == 4
         assert record(workspace, 10, limit=6) == 2
         assert open_count(workspace) == 6
+
+    def test_shards_split_under_another_ceiling_take_nothing(self, workspace: uuid.UUID) -> None:
+        """Shards split under 10 hold 0 or 1 of the 4 open; under a ceiling of 5 each share is
+        1: a shard that checked only its share would take a retrieval per empty shard."""
+        assert record(workspace, 4) == 4
+        assert record(workspace, 8, limit=5) == 1
+        assert open_count(workspace) == 5
 
     def test_fits_reads_without_taking(self, workspace: uuid.UUID) -> None:
         """The rate-refused path asks whether one more fits and leaves the tally as it was."""

@@ -26,9 +26,12 @@ def _new(workspace: uuid.UUID) -> retrievals.NewRetrieval:
 class TestReserveAtCommit:
     """A single retrieval's reservation travels with its COMMIT."""
 
-    def test_the_reservation_and_the_commit_are_one_statement(self, workspace: uuid.UUID) -> None:
+    def test_the_reservation_and_the_commit_are_one_statement(
+        self, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """With room in the tally, nothing is sent after the reservation: it carries the
-        COMMIT, so the tally row is locked only while the server commits."""
+        COMMIT, so the tally's row is locked only while the server commits."""
+        monkeypatch.setattr(open_tally, "_pick", lambda: 0)  # a shard with room
         assert record(workspace, 1) == 1  # starts the tally by an exact count
         statements: list[str] = []
 
@@ -41,7 +44,8 @@ class TestReserveAtCommit:
             assert record(workspace, 1) == 1
         finally:
             sa.event.remove(engine, "before_cursor_execute", seen)
-        assert "UPDATE open_tally" in statements[-1] and statements[-1].endswith("COMMIT")
+        assert "UPDATE open_tally" in statements[-1] and "shard = 0" in statements[-1]
+        assert statements[-1].endswith("COMMIT")
         assert not any("open_tally" in s for s in statements[:-1])
         assert tally(workspace) == (0, 2)
         assert open_count(workspace) == 2
@@ -69,3 +73,16 @@ class TestReserveAtCommit:
         close(workspace, 1)  # room again, which only the exact count can see
         retrievals.record_single(_new(workspace), clock.now(), TTL, LIMIT, 0)
         assert open_count(workspace) == LIMIT
+
+    def test_one_workspace_reserves_in_several_rows(self, workspace: uuid.UUID) -> None:
+        """Singles of one workspace spread over the tally's shards (so they seldom wait for
+        each other's commit), and the shards add up to what was recorded."""
+        assert record(workspace, 40, limit=1000) == 40
+        T = open_tally.TALLY.c
+        added = db.with_transient_retry(
+            lambda s: dict(
+                s.execute(sa.select(T.shard, T.added).where(T.workspace_id == workspace)).all()
+            )
+        )
+        assert sum(1 for n in added.values() if n) >= 4, added
+        assert sum(added.values()) == 40

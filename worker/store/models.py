@@ -172,16 +172,20 @@ class BatchSchedule(SQLModel, table=True):
 
 
 class OpenTally(SQLModel, table=True):
-    """An upper bound of a workspace's open retrievals, kept so that a new one far below the
-    open ceiling needs no count (`worker.store.open_tally`): the rows open at the last exact
-    count plus every row recorded since. `counted` changes only under the workspace's quota
-    lock; `added` also grows by a single retrieval's reservation (under the row's own lock)."""
+    """One shard of an upper bound of a workspace's open retrievals, kept so that a new one far
+    below the open ceiling needs no count (`worker.store.open_tally`). Over a workspace's
+    shards: the rows open at the last exact count (`counted`) plus every row recorded since
+    (`added`); each shard holds at most its share of the `ceiling` they were split under.
+    `counted` and `ceiling` change only under the workspace's quota lock; `added` also grows by
+    a single retrieval's reservation (under the shard row's own lock)."""
 
     __tablename__ = "open_tally"
 
     workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, primary_key=True))
+    shard: int = Field(sa_column=sa.Column(sa.SmallInteger, primary_key=True))
     counted: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
     added: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    ceiling: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
 
 
 class WorkspaceQuota(SQLModel, table=True):
