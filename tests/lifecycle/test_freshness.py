@@ -489,3 +489,39 @@ def test_the_full_retrieval_after_revalidating_shares_its_fetch_deadline(site: T
             spent.fetch(url)
         assert failure.value.reason is Reason.TIMEOUT
         assert PrimedFetcher(fetcher, {}, time.monotonic() + 30).fetch(url).status_code == 200
+
+
+def test_a_group_looks_up_what_each_claim_alone_would(site: TLSSite, workspace: uuid.UUID) -> None:
+    """`freshness.look_up_many` (a claim group's two reads) finds for each claim what
+    `look_up` finds alone: the stored revision and validators of a fetched URL, nothing for a
+    URL never fetched, and the reuse window; the same URL twice and an unknown id too."""
+    import sqlalchemy as sa
+
+    from tests.support.factories import parked
+    from worker.jobs import freshness
+    from worker.store import db, retrievals
+
+    fetched = serve(site, Origin(article("Grouped").encode(), etag='"g1"'))
+    run(workspace, fetched)
+    never = serve(site, Origin(article("Never").encode()))
+    ids = parked(workspace, urls=[fetched, never, fetched])
+    R = retrievals.RETRIEVAL.c
+    db.with_transient_retry(  # the third asks for a reuse window
+        lambda s: s.execute(
+            sa.update(retrievals.RETRIEVAL)
+            .where(R.id == uuid.UUID(ids[2]))
+            .values(max_age_seconds=60)
+        )
+    )
+    lookups = [
+        retrievals.Claim(uuid.UUID(i), 1, url, "url_text", None, workspace, "interactive")
+        for i, url in zip(ids, [fetched, never, fetched], strict=True)
+    ]
+    unknown = retrievals.Claim(uuid.uuid4(), 1, fetched, "url_text", None, workspace, "batch")
+    claims = [*lookups, unknown]
+    grouped = db.with_transient_retry(lambda s: freshness.look_up_many(s, claims))
+    alone = [db.with_transient_retry(lambda s, c=c: freshness.look_up(s, c)) for c in claims]
+    assert grouped == alone
+    stored = grouped[0][1]
+    assert stored is not None and stored.validators and grouped[2] == (60, stored)
+    assert grouped[1] == (None, None) and grouped[3] == (None, None)

@@ -34,7 +34,7 @@ def take(requests: Sequence[None]) -> list[Claimed | BaseException]:
 
     def work(session: Session) -> list[tuple[retrievals.Claim, freshness.Found]]:
         claims = retrievals.claim_next_batches(session, clock.now(), lease, len(requests))
-        return [(claim, freshness.look_up(session, claim)) for claim in claims]
+        return list(zip(claims, freshness.look_up_many(session, claims), strict=True))
 
     claimed: list[Claimed | BaseException] = list(db.with_transient_retry(work))
     return claimed + [None] * (len(requests) - len(claimed))

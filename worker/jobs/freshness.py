@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
@@ -106,6 +107,22 @@ def look_up(session: Session, claim: Claim) -> Found:
     except (KeyError, TypeError, ValueError) as exc:  # a stored row this version cannot read
         log.warning("revalidation_skipped", error=type(exc).__name__)
         return None, None
+
+
+def look_up_many(session: Session, claims: Sequence[Claim]) -> list[Found]:
+    """`look_up` for a group of claims, in two reads whatever their number (in order)."""
+    rows = sources.find_many(
+        session, [(c.retrieval_id, c.workspace_id, c.kind, c.url, c.language) for c in claims]
+    )
+    found: list[Found] = []
+    for claim in claims:
+        max_age, row = rows.get(claim.retrieval_id, (None, None))
+        try:
+            found.append((max_age, None if row is None else sources.stored_source(row)))
+        except (KeyError, TypeError, ValueError) as exc:  # a row this version cannot read
+            log.warning("revalidation_skipped", error=type(exc).__name__)
+            found.append((None, None))
+    return found
 
 
 def prepare(

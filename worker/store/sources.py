@@ -61,22 +61,22 @@ _STORED = SOURCE.join(EVIDENCE, EVIDENCE.c.id == SOURCE.c.evidence_id).join(
         REVISION.c.revision == SOURCE.c.revision,
     ),
 )
+_STORED_COLUMNS = [
+    SOURCE.c.evidence_id,
+    SOURCE.c.revision,
+    SOURCE.c.validators,
+    SOURCE.c.outcome,
+    EVIDENCE.c.latest_revision,
+    REVISION.c.text,
+    REVISION.c.title,
+    REVISION.c.description,
+    REVISION.c.segments,
+    REVISION.c.provenance,
+    LAST_CONFIRMED.label("last_confirmed"),
+]
 #: One read per retrieval: its reuse window, and what its request led to last (if anything).
 _FIND = (
-    sa.select(
-        RETRIEVAL.c.max_age_seconds,
-        SOURCE.c.evidence_id,
-        SOURCE.c.revision,
-        SOURCE.c.validators,
-        SOURCE.c.outcome,
-        EVIDENCE.c.latest_revision,
-        REVISION.c.text,
-        REVISION.c.title,
-        REVISION.c.description,
-        REVISION.c.segments,
-        REVISION.c.provenance,
-        LAST_CONFIRMED.label("last_confirmed"),
-    )
+    sa.select(RETRIEVAL.c.max_age_seconds, *_STORED_COLUMNS)
     .select_from(
         RETRIEVAL.outerjoin(
             _STORED, sa.and_(*(SOURCE.c[name] == sa.bindparam(f"b_{name}") for name in _KEY))
@@ -84,6 +84,56 @@ _FIND = (
     )
     .where(RETRIEVAL.c.id == sa.bindparam("b_retrieval_id"))
 )
+
+
+_MAX_AGES = sa.select(RETRIEVAL.c.id, RETRIEVAL.c.max_age_seconds).where(
+    RETRIEVAL.c.id.in_(sa.bindparam("b_ids", expanding=True))
+)
+
+
+def find_many(
+    session: Session,
+    wanted: list[tuple[uuid.UUID, uuid.UUID, str, str, str | None]],
+) -> dict[uuid.UUID, tuple[int | None, Any]]:
+    """`find` for several retrievals (retrieval_id, workspace_id, kind, url, language) in two
+    reads whatever their number, by retrieval id: the reuse window and the stored row (None:
+    nothing stored), which `stored_source` reads; a retrieval that is not found is left out."""
+    if not wanted:
+        return {}
+    ids = [item[0] for item in wanted]
+    max_ages = {row.id: row.max_age_seconds for row in session.execute(_MAX_AGES, {"b_ids": ids})}
+    keys = {item[0]: tuple(_key(*item[1:]).values()) for item in wanted}
+    key_columns = [SOURCE.c[name] for name in _KEY]
+    stored = (
+        sa.select(*key_columns, *_STORED_COLUMNS)
+        .select_from(_STORED)
+        .where(sa.tuple_(*key_columns).in_(list(set(keys.values()))))
+    )
+    by_key = {tuple(row[:4]): row for row in session.execute(stored)}
+    found: dict[uuid.UUID, tuple[int | None, Any]] = {}
+    for retrieval_id, key in keys.items():
+        if retrieval_id in max_ages:
+            max_age = max_ages[retrieval_id]
+            found[retrieval_id] = (None if max_age is None else int(max_age), by_key.get(key))
+    return found
+
+
+def stored_source(row: Any) -> StoredSource:
+    """A stored row (of `find_many`) as a StoredSource; raises on one this version cannot
+    read (KeyError, TypeError, ValueError)."""
+    return StoredSource(
+        evidence_id=row.evidence_id,
+        revision=row.revision,
+        latest_revision=row.latest_revision,
+        validators=list(row.validators),
+        outcome=dict(row.outcome),
+        text=row.text,
+        title=row.title,
+        description=row.description,
+        segments=list(row.segments),
+        provenance=dict(row.provenance),
+        last_confirmed=as_utc(row.last_confirmed),
+    )
 
 
 def find(
@@ -103,19 +153,7 @@ def find(
     max_age = None if row.max_age_seconds is None else int(row.max_age_seconds)
     if row.evidence_id is None:
         return max_age, None
-    return max_age, StoredSource(
-        evidence_id=row.evidence_id,
-        revision=row.revision,
-        latest_revision=row.latest_revision,
-        validators=list(row.validators),
-        outcome=dict(row.outcome),
-        text=row.text,
-        title=row.title,
-        description=row.description,
-        segments=list(row.segments),
-        provenance=dict(row.provenance),
-        last_confirmed=as_utc(row.last_confirmed),
-    )
+    return max_age, stored_source(row)
 
 
 _CONFIRM_ONLY = (
