@@ -109,6 +109,33 @@ class TestBackoff:
         time.sleep(1.1)
         assert fetcher.fetch(site.url("/ok")).body == b"<p>ok</p>"
 
+    def test_robots_txt_is_not_fetched_from_a_host_backing_off(
+        self, site: TLSSite, make: Any
+    ) -> None:
+        """With robots.txt on and not yet known, a host backing off gets no request at all."""
+        site.page("/robots.txt", "User-agent: *\nDisallow:\n", "text/plain")
+        site.add("/busy", hostile.rate_limited("120"))
+        assert failure_of(make(), site.url("/busy")).reason is Reason.RATE_LIMITED
+        fetcher = make(robots_txt=True)
+        assert failure_of(fetcher, site.url("/ok")).reason is Reason.RATE_LIMITED
+        assert "/robots.txt" not in site.hits and "/ok" not in site.hits
+
+    def test_one_round_trip_asks_the_back_off_and_takes_the_slot(
+        self, site: TLSSite, make: Any, state: SharedState, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Each fetch asks Redis twice: the slot (with the back-off) and its release."""
+        calls: list[str] = []
+        real = state.call
+
+        def counted(fallback: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+            calls.append(method)
+            return real(fallback, method, *args, **kwargs)
+
+        monkeypatch.setattr(state, "call", counted)
+        fetcher = make(politeness=Politeness(state))
+        assert fetcher.fetch(site.url("/ok")).body == b"<p>ok</p>"
+        assert calls == ["run", "zrem"]
+
     def test_other_hosts_unaffected(self, site: TLSSite, make: Any, state: SharedState) -> None:
         """A back-off on one origin does not touch another."""
         Politeness(state).record_backoff("https://example.org:443", 100)

@@ -194,8 +194,9 @@ class Fetcher:
             if target.url in seen:
                 raise FetchFailure(Reason.UNAVAILABLE, f"redirect loop at {target.url}")
             seen.add(target.url)
-            self.politeness.check_backoff(target.origin, target.url)
             if robots:
+                if not self.robots.memoized(target.origin):  # it may fetch robots.txt first
+                    self.politeness.check_backoff(target.origin, target.url)
                 self.robots.check(target)
             wait = max(0.0, remaining_seconds() or 0.0)
             with (

@@ -37,7 +37,13 @@ REDIS_QUIET_SECONDS = 5.0
 #: Socket timeouts for Redis calls, in seconds (politeness must never stall a fetch).
 REDIS_TIMEOUT_SECONDS = 0.5
 
+#: A slot of KEYS[1] for token ARGV[1] (at most ARGV[2] held, each for ARGV[3] ms): 1 taken,
+#: 0 all held; while the origin backs off (KEYS[2] alive), minus the milliseconds left.
 _ACQUIRE = """
+local backoff = redis.call('PTTL', KEYS[2])
+if backoff > 0 then
+  return -backoff
+end
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)
@@ -72,11 +78,19 @@ class SharedState:
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
 
+    def script(self, source: str) -> Any:
+        """A Lua script run by its SHA (EVALSHA; loaded again when Redis forgot it): run it
+        with `call(fallback, "run", script, keys, args)`."""
+        return self.client.register_script(source)
+
     def call(self, fallback: Any, method: str, *args: Any, **kwargs: Any) -> Any:
         """`client.method(*args)`, or `fallback` if Redis is failing (logged, then skipped)."""
         if time.monotonic() < self._quiet_until:
             return fallback
         try:
+            if method == "run":  # a registered script: args are (script, keys, args)
+                script, keys, argv = args
+                return script(keys=keys, args=argv)
             return getattr(self.client, method)(*args, **kwargs)
         except (redis.RedisError, OSError) as exc:
             self._quiet_until = time.monotonic() + REDIS_QUIET_SECONDS
@@ -134,6 +148,7 @@ class Politeness:
         self.per_host_limit = per_host_limit
         self.slot_lease_ms = int(slot_lease_seconds * 1000)
         self.local = LocalGate(per_host_limit)
+        self._acquire_script = state.script(_ACQUIRE)
 
     def backoff_remaining(self, origin: str) -> int | None:
         """Whole seconds left of a back-off on `origin` (None when there is none)."""
@@ -143,15 +158,11 @@ class Politeness:
         return max(1, math.ceil(pttl / 1000))
 
     def check_backoff(self, origin: str, url: str) -> None:
-        """Raise rate_limited, without fetching, while `origin` is backing off."""
+        """Raise rate_limited, without fetching, while `origin` is backing off (`slot` checks
+        it too: this is for a request that does not take a slot first, robots.txt's)."""
         seconds = self.backoff_remaining(origin)
         if seconds is not None:
-            raise FetchFailure(
-                Reason.RATE_LIMITED,
-                f"host is backing off after 429 ({seconds}s left)",
-                None,
-                retry_after_seconds=seconds,
-            )
+            raise _backing_off(seconds)
 
     def record_backoff(self, origin: str, seconds: int) -> None:
         """Make every worker leave `origin` alone for `seconds` (never shortens a longer one)."""
@@ -160,15 +171,20 @@ class Politeness:
         if seconds > current:
             self.state.call(None, "set", key, str(seconds), px=seconds * 1000)
 
-    def _acquire(self, key: str, token: str) -> bool:
-        result = self.state.call(
-            True, "eval", _ACQUIRE, 1, key, token, self.per_host_limit, self.slot_lease_ms
-        )
+    def _acquire(self, key: str, token: str, backoff_key: str = "") -> bool:
+        """Take a slot of `key`; False when all are held. While `backoff_key` lives (the
+        origin backs off), rate_limited: one round trip for both questions."""
+        keys = [key, backoff_key or self.state.key("backoff", "")]
+        argv = [token, self.per_host_limit, self.slot_lease_ms]
+        result = self.state.call(True, "run", self._acquire_script, keys, argv)
+        if isinstance(result, int) and result < 0:
+            raise _backing_off(max(1, math.ceil(-result / 1000)))
         return bool(result)
 
     @contextmanager
     def slot(self, origin: str, wait_seconds: float) -> Iterator[None]:
-        """Hold one of `origin`'s slots; wait up to `wait_seconds`, then rate_limited."""
+        """Hold one of `origin`'s slots; wait up to `wait_seconds`, then rate_limited (at once,
+        without fetching, while the origin backs off after a 429)."""
         give_up = time.monotonic() + max(0.0, wait_seconds)
         with self.local.hold(origin, wait_seconds) as acquired:
             if not acquired:
@@ -187,8 +203,9 @@ class Politeness:
     def _fleet_slot(self, origin: str, give_up: float) -> Iterator[None]:
         """Hold one of `origin`'s slots in Redis, shared by every worker process."""
         key = self.state.key("slots", origin)
+        backoff_key = self.state.key("backoff", origin)
         token = uuid.uuid4().hex
-        while not self._acquire(key, token):
+        while not self._acquire(key, token, backoff_key):
             if time.monotonic() >= give_up:
                 raise self._busy()
             time.sleep(SLOT_POLL_SECONDS)
@@ -196,3 +213,12 @@ class Politeness:
             yield
         finally:
             self.state.call(None, "zrem", key, token)
+
+
+def _backing_off(seconds: int) -> FetchFailure:
+    return FetchFailure(
+        Reason.RATE_LIMITED,
+        f"host is backing off after 429 ({seconds}s left)",
+        None,
+        retry_after_seconds=seconds,
+    )

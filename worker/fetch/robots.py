@@ -213,6 +213,10 @@ class RobotsPolicy:
                 with self._lock:
                     self._loading.pop(origin, None)
 
+    def memoized(self, origin: str) -> bool:
+        """Whether `check` can answer for `origin` from this process's memo (no request)."""
+        return self._memo(origin) is not None
+
     def _memo(self, origin: str) -> tuple[RobotsAnswer, RobotsRules | None] | None:
         memo = self._local.get(origin)
         if memo is not None and memo[0] > time.monotonic():
