@@ -27,7 +27,7 @@ import uuid
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from worker.store import db
+from worker.store import at_commit, db
 from worker.store.models import OPEN_SQL, OpenTally, Retrieval
 
 TALLY: sa.Table = OpenTally.__table__  # type: ignore[attr-defined]
@@ -55,8 +55,8 @@ def split(counted: int, added: int, ceiling: int) -> list[tuple[int, int]]:
             rooms[s] += 1
             left -= 1
     rows = []
-    for part, left in zip(shares, rooms, strict=True):
-        used = part - left
+    for part, free in zip(shares, rooms, strict=True):
+        used = part - free
         mine = min(used, counted)
         counted -= mine
         rows.append((mine, used - mine))
@@ -116,21 +116,15 @@ def _pick() -> int:
     return random.randrange(SHARDS)
 
 
-def reserve(
-    session: Session,
-    workspace_id: uuid.UUID,
-    wanted: int,
-    open_limit: int,
-    shard: int | None = None,
-) -> bool:
-    """Add `wanted` to one shard of the tally (`shard`, else one at random) if it stays within
-    its share of `open_limit`; False when it would not, or the workspace has no tally split
-    under this ceiling (then only `recount` decides).
+def reserve(session: Session, workspace_id: uuid.UUID, wanted: int, open_limit: int) -> bool:
+    """Add `wanted` to one shard of the tally, picked at random, if it stays within its share
+    of `open_limit`; False when it would not, or the workspace has no tally split under this
+    ceiling (then only `recount` decides).
 
     Needs no workspace lock: the UPDATE takes the shard row's lock until the commit, so
     reservations in one shard follow each other, each seeing the one before.
     """
-    shard = _pick() if shard is None else shard
+    shard = _pick()
     params = {
         "b_workspace": workspace_id,
         "b_shard": shard,
@@ -177,6 +171,7 @@ def reserve_and_commit(
         limit=int(open_limit),
         share=share(shard, int(open_limit)),
     )
+    at_commit.flush(session)  # what the session's commit would have written first
     try:
         session.connection().exec_driver_sql(statement)
     except sa.exc.DBAPIError as exc:
