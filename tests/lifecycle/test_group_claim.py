@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -16,21 +15,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from worker import clock
-from worker.store import db, retrievals
+from worker.store import retrievals
 
 pytestmark = pytest.mark.lifecycle
 
 LEASE = timedelta(seconds=60)
-
-
-@pytest.fixture
-def engine(own_database: str) -> Iterator[sa.Engine]:
-    """An engine of the test's own database (which is also the process's, `own_database`)."""
-    engine = db.make_engine(own_database)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def _queue(engine: sa.Engine, workspace: uuid.UUID, count: int) -> list[uuid.UUID]:

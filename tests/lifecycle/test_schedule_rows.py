@@ -4,7 +4,6 @@ work has one, and a process that saw a workspace's committed row reads it no mor
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,15 +16,6 @@ from worker.store.models import BatchSchedule
 pytestmark = pytest.mark.lifecycle
 
 SCHEDULE: sa.Table = BatchSchedule.__table__  # type: ignore[attr-defined]
-
-
-@pytest.fixture
-def engine(own_database: str) -> Iterator[sa.Engine]:
-    engine = db.make_engine(own_database)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def _note(engine: sa.Engine, workspace: uuid.UUID, commit: bool = True) -> list[str]:

@@ -125,16 +125,16 @@ class TestBackoff:
     ) -> None:
         """Each fetch asks Redis twice: the slot (with the back-off) and its release."""
         calls: list[str] = []
-        real = state.call
+        real = state._guarded
 
-        def counted(fallback: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        def counted(fallback: Any, method: str, ask: Any) -> Any:
             calls.append(method)
-            return real(fallback, method, *args, **kwargs)
+            return real(fallback, method, ask)
 
-        monkeypatch.setattr(state, "call", counted)
+        monkeypatch.setattr(state, "_guarded", counted)
         fetcher = make(politeness=Politeness(state))
         assert fetcher.fetch(site.url("/ok")).body == b"<p>ok</p>"
-        assert calls == ["run", "zrem"]
+        assert calls == ["evalsha", "zrem"]
 
     def test_other_hosts_unaffected(self, site: TLSSite, make: Any, state: SharedState) -> None:
         """A back-off on one origin does not touch another."""
@@ -180,8 +180,8 @@ class TestSlots:
     def test_crashed_holder_expires(self, state: SharedState) -> None:
         """A slot whose holder died is reclaimed after its lease."""
         politeness = Politeness(state, per_host_limit=1, slot_lease_seconds=0.3)
-        assert politeness._acquire("evidence:slots:x", "dead-holder")
-        assert not politeness._acquire("evidence:slots:x", "waiting")
+        assert politeness._acquire("x", "dead-holder")
+        assert not politeness._acquire("x", "waiting")
         time.sleep(0.35)
         with politeness.slot("x", 0):
             pass

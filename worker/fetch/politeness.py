@@ -12,7 +12,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -80,18 +80,24 @@ class SharedState:
 
     def script(self, source: str) -> Any:
         """A Lua script run by its SHA (EVALSHA; loaded again when Redis forgot it): run it
-        with `call(fallback, "run", script, keys, args)`."""
+        with `run`."""
         return self.client.register_script(source)
 
     def call(self, fallback: Any, method: str, *args: Any, **kwargs: Any) -> Any:
         """`client.method(*args)`, or `fallback` if Redis is failing (logged, then skipped)."""
+        return self._guarded(
+            fallback, method, lambda: getattr(self.client, method)(*args, **kwargs)
+        )
+
+    def run(self, fallback: Any, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run a `script`, or `fallback` if Redis is failing, as `call` does."""
+        return self._guarded(fallback, "evalsha", lambda: script(keys=keys, args=args))
+
+    def _guarded(self, fallback: Any, method: str, ask: Callable[[], Any]) -> Any:
         if time.monotonic() < self._quiet_until:
             return fallback
         try:
-            if method == "run":  # a registered script: args are (script, keys, args)
-                script, keys, argv = args
-                return script(keys=keys, args=argv)
-            return getattr(self.client, method)(*args, **kwargs)
+            return ask()
         except (redis.RedisError, OSError) as exc:
             self._quiet_until = time.monotonic() + REDIS_QUIET_SECONDS
             log.warning("politeness_redis_unavailable", method=method, error=str(exc))
@@ -171,12 +177,12 @@ class Politeness:
         if seconds > current:
             self.state.call(None, "set", key, str(seconds), px=seconds * 1000)
 
-    def _acquire(self, key: str, token: str, backoff_key: str = "") -> bool:
-        """Take a slot of `key`; False when all are held. While `backoff_key` lives (the
-        origin backs off), rate_limited: one round trip for both questions."""
-        keys = [key, backoff_key or self.state.key("backoff", "")]
+    def _acquire(self, origin: str, token: str) -> bool:
+        """Take one of `origin`'s slots; False when all are held; rate_limited while the
+        origin backs off: one round trip for both questions."""
+        keys = [self.state.key("slots", origin), self.state.key("backoff", origin)]
         argv = [token, self.per_host_limit, self.slot_lease_ms]
-        result = self.state.call(True, "run", self._acquire_script, keys, argv)
+        result = self.state.run(True, self._acquire_script, keys, argv)
         if isinstance(result, int) and result < 0:
             raise _backing_off(max(1, math.ceil(-result / 1000)))
         return bool(result)
@@ -203,9 +209,8 @@ class Politeness:
     def _fleet_slot(self, origin: str, give_up: float) -> Iterator[None]:
         """Hold one of `origin`'s slots in Redis, shared by every worker process."""
         key = self.state.key("slots", origin)
-        backoff_key = self.state.key("backoff", origin)
         token = uuid.uuid4().hex
-        while not self._acquire(key, token, backoff_key):
+        while not self._acquire(origin, token):
             if time.monotonic() >= give_up:
                 raise self._busy()
             time.sleep(SLOT_POLL_SECONDS)
