@@ -59,6 +59,8 @@ class Pass:
     new_revisions: int
     #: Worker children's CPU seconds by step (bench.probe): task, fetch, extract, db, redis.
     probe: dict[str, float]
+    #: Commands the stack's Redis ran (broker, politeness, metrics), by command.
+    redis_commands: dict[str, int]
 
     @property
     def cpu(self) -> float:
@@ -70,6 +72,16 @@ def site_stats(site: Site) -> dict[str, int]:
     """The fixture site's counters."""
     url = f"https://127.0.0.1:{site.info['port']}/__stats"
     return dict(httpx.get(url, verify=str(site.bundle), timeout=10).json())
+
+
+def redis_commands(stack: Stack) -> dict[str, int]:
+    """Calls so far of each command on the stack's Redis (INFO commandstats)."""
+    client = redis.Redis.from_url(stack.redis.url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
 
 
 def database(stack: Stack) -> psycopg.Connection[tuple[object, ...]]:
@@ -108,6 +120,7 @@ def run_pass(
     before, site_before = stack.cpu(), site_stats(site)
     pg_before = stack._postgres_cpu()
     probe_before = read_totals(stack.probe_dir)
+    commands_before = redis_commands(stack)
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "api.cli", "enqueue", str(site.urls), "--workspace", workspace]
@@ -126,6 +139,11 @@ def run_pass(
     after, site_after = stack.cpu(), site_stats(site)
     pg_after = stack._postgres_cpu()
     ready, revisions_after = outcomes(stack, workspace, since)
+    commands = {
+        k: v - commands_before.get(k, 0)
+        for k, v in redis_commands(stack).items()
+        if v != commands_before.get(k, 0) and k != "info"
+    }
     probe = {
         k: round(v - probe_before.get(k, 0.0), 3) for k, v in read_totals(stack.probe_dir).items()
     }
@@ -140,6 +158,7 @@ def run_pass(
         ready=ready,
         new_revisions=revisions_after - revisions_before,
         probe=probe,
+        redis_commands=dict(sorted(commands.items(), key=lambda kv: -kv[1])),
     )
 
 
