@@ -74,7 +74,7 @@ def api(
     workers: Annotated[int, typer.Option(help="Uvicorn worker processes.")] = 1,
 ) -> None:
     """Serve the HTTP API."""
-    from api.http import serving
+    from api.http import cpu_claims, serving
 
     _configure_logging()
     os.environ["EVIDENCE_API_WORKERS"] = str(workers)  # read by each process (poll advice)
@@ -84,6 +84,7 @@ def api(
         metrics_dir = tempfile.mkdtemp(prefix="evidence-api-metrics-")
         atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    cpu_claims.prepare()  # each process claims a CPU as it starts (`served_app`)
     serving.run(
         "api.http.app:served_app",
         factory=True,  # called in every worker process: configures its logging, then serves

@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     #: Threads pool: retrievals one worker process keeps in flight (each mostly waits on the
     #: network; see docs/execution-model.md for what one costs).
     worker_in_flight: int = Field(default=384, ge=1, le=4096)
+    #: Threads pool: the CPU the worker process keeps its threads on (`auto`: one of those it
+    #: may use, when it may use two or more; `none`: all of them; or a CPU number). Its threads
+    #: hand the interpreter lock over at every blocking call, far cheaper within one CPU
+    #: (worker/jobs/cpu_pin.py); its extraction processes keep every CPU.
+    worker_cpu: Literal["auto", "none"] | Annotated[int, Field(ge=0)] = "auto"
     #: Threads pool: extraction processes per worker (default: one per core).
     extract_processes: int | None = Field(default=None, ge=1, le=256)
     #: Added to the extraction processes' nice value, so fetching, the API and the database
@@ -78,6 +83,9 @@ class Settings(BaseSettings):
     #: API processes serving behind one socket (`evidence api --workers` sets it). Each process
     #: sees only its share of new retrievals; the poll advice scales what it saw by this.
     api_workers: int = Field(default=1, ge=1, le=256)
+    #: `evidence api`: `auto` keeps each API process on a CPU of its own while there are CPUs to
+    #: go round, when it may use two or more (worker/cpu_pin.py); `none` leaves them unpinned.
+    api_cpu: Literal["auto", "none"] = "auto"
     api_retry_after_seconds: int = 5
     log_level: str = "INFO"
     log_json: bool = True

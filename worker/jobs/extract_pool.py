@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 from pebble import ProcessExpired, ProcessPool
 
+from worker import cpu_pin
 from worker.ranked_gate import RankedGate
 
 log = structlog.get_logger(__name__)
@@ -41,8 +42,12 @@ class ExtractionCrashed(Exception):
     """The step's process died under it (a crash in a C extension, the OOM killer)."""
 
 
-def _start_process(nice: int) -> None:
-    """Initializer of each extraction process: lower its priority, import the pipeline."""
+def _start_process(nice: int, cpus: set[int] | None = None) -> None:
+    """Initializer of each extraction process: every CPU the worker was allowed (it keeps to
+    one itself: `cpu_pin`), a lower priority, the pipeline imported."""
+    if cpus:
+        with contextlib.suppress(OSError):
+            cpu_pin.release(cpus)
     if nice:
         with contextlib.suppress(OSError):
             os.nice(nice)
@@ -56,7 +61,7 @@ def _ready() -> int:
 class ExtractPool:
     """A bounded pool of extraction processes with per-task timeouts."""
 
-    def __init__(self, processes: int, nice: int = 0) -> None:
+    def __init__(self, processes: int, nice: int = 0, cpus: set[int] | None = None) -> None:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         self.processes = processes
@@ -66,7 +71,7 @@ class ExtractPool:
         self._pool = ProcessPool(
             max_workers=processes,
             initializer=_start_process,
-            initargs=(nice,),
+            initargs=(nice, cpus),
             context=context,
         )
 
@@ -128,12 +133,12 @@ _pool: ExtractPool | None = None
 _lock = threading.Lock()
 
 
-def start(processes: int, nice: int = 0) -> ExtractPool:
-    """Start this process's pool (once)."""
+def start(processes: int, nice: int = 0, cpus: set[int] | None = None) -> ExtractPool:
+    """Start this process's pool (once); its processes may use `cpus` (default: as this one)."""
     global _pool
     with _lock:
         if _pool is None:
-            _pool = ExtractPool(processes, nice)
+            _pool = ExtractPool(processes, nice, cpus)
             log.info("extract_pool_started", processes=processes, nice=nice)
         return _pool
 

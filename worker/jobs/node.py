@@ -12,7 +12,11 @@ import os
 import threading
 from pathlib import Path
 
+import structlog
+
 from worker.settings import get_settings
+
+log = structlog.get_logger(__name__)
 
 #: Messages a threads-pool worker reserves, per thread.
 THREADS_PREFETCH_MULTIPLIER = 2
@@ -22,6 +26,7 @@ LANE_POOL = "worker.jobs.lane_pool:LaneThreadPool"
 
 def run_threads_worker(argv: list[str]) -> int:
     """Prepare this process for threads, then run `celery worker` with `argv` (no `-P`)."""
+    from worker import cpu_pin
     from worker.jobs import extract_pool, runner
     from worker.jobs.celery_app import app
     from worker.store import db
@@ -30,7 +35,17 @@ def run_threads_worker(argv: list[str]) -> int:
     db.skip_pre_ping()
     db.queue_for_connections()
     runner.reset_fetcher()
-    extraction = extract_pool.start(settings.extract_process_count, settings.extract_nice)
+    # First, so every thread started from now on (Celery's among them) keeps to the CPU; the
+    # extraction processes take back every CPU this process was allowed.
+    allowed = os.sched_getaffinity(0)
+    cpu = cpu_pin.choose(settings.worker_cpu, allowed, os.getpid())
+    if cpu is not None:
+        cpu_pin.pin(cpu)
+    elif settings.worker_cpu not in ("auto", "none"):
+        log.warning("worker_cpu_not_allowed", cpu=settings.worker_cpu, allowed=sorted(allowed))
+    extraction = extract_pool.start(
+        settings.extract_process_count, settings.extract_nice, cpus=allowed
+    )
     # The fork server takes seconds to start and import the pipeline: let Celery start
     # meanwhile (retrievals that arrive first queue for a process within their deadline).
     threading.Thread(target=extraction.warm, name="extract-pool-warm", daemon=True).start()

@@ -1,0 +1,94 @@
+"""The real processes keep to their CPUs: the worker's threads to one, its extraction processes
+to all, each of `evidence api --workers 2`'s processes to one of its own (worker/cpu_pin.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from api.http.cpu_claims import CLAIMS_ENV
+from tests.conftest import Services
+from tests.support.services import Process, free_port, wait_for
+
+ALLOWED = frozenset(os.sched_getaffinity(0))  # what every process started here may use
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
+    return [int(p) for p in out.stdout.split()]
+
+
+def thread_cpus(pid: int) -> set[frozenset[int]]:
+    """The CPU sets of every thread of `pid`."""
+    cpus = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            cpus.add(frozenset(os.sched_getaffinity(int(tid))))
+        except ProcessLookupError:
+            continue
+    return cpus
+
+
+def command_line(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def test_worker_threads_keep_to_one_cpu_its_extraction_processes_to_all(
+    services: Services,
+) -> None:
+    (worker,) = children(services.worker.pid)  # the supervisor's one child
+    servers = [p for p in children(worker) if "forkserver" in command_line(p)]
+    assert len(servers) == 1
+    extraction = wait_for(lambda: children(servers[0]), timeout=60)
+    assert isinstance(extraction, list) and extraction
+    cpus = thread_cpus(worker)
+    if len(ALLOWED) >= 2:
+        assert len(cpus) == 1
+        (pinned,) = cpus
+        assert len(pinned) == 1 and pinned <= ALLOWED
+    else:  # nothing to choose from: left as it was
+        assert cpus == {ALLOWED}
+    # Forked pinned (from the worker's fork server), each takes every CPU back as it starts.
+    wait_for(lambda: all(thread_cpus(pid) == {ALLOWED} for pid in extraction), timeout=30)
+
+
+def test_each_api_process_keeps_to_a_cpu_of_its_own(tmp_path: Path) -> None:
+    port = free_port()
+    claims: str | None = None
+    api = Process(["api", "--port", str(port), "--workers", "2"], tmp_path / "api.log").start()
+    try:
+        wait_for(lambda: _healthy(port), timeout=60, interval=0.3)
+        served = wait_for(lambda: len(children(api.pid)) >= 2 and children(api.pid), timeout=30)
+        assert isinstance(served, list)
+        processes = [p for p in served if "spawn_main" in command_line(p)]
+        assert len(processes) == 2, api.log()
+        per_process = [thread_cpus(pid) for pid in processes]
+        if len(ALLOWED) >= 2:
+            assert all(len(cpus) == 1 for cpus in per_process)
+            first, second = (next(iter(cpus)) for cpus in per_process)
+            assert len(first) == len(second) == 1 and first != second
+            assert first | second <= ALLOWED
+        else:
+            assert per_process == [{ALLOWED}, {ALLOWED}]
+        assert thread_cpus(api.pid) == {ALLOWED}  # the parent only starts them
+        claims = _environment(processes[0]).get(CLAIMS_ENV)
+        assert (claims is not None) == (len(ALLOWED) >= 2)
+    finally:
+        api.stop()
+    if claims is not None:
+        assert not Path(claims).exists()  # removed when the command ends
+
+
+def _environment(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
