@@ -87,13 +87,15 @@ def served_app() -> FastAPI:
     uvicorn imports the app anew in each worker process (`--workers N`), where the command's
     own logging setup never ran: those processes logged every request in structlog's default
     console format, at INFO whatever EVIDENCE_LOG_LEVEL said, and without the redaction step.
-    Each process then claims its CPU (`api.http.cpu_claims`).
+    Each process then claims its CPU (`api.http.cpu_claims`) and freezes its startup heap
+    (`worker.heap`).
     """
     from api.http import cpu_claims
-    from worker import logs
+    from worker import heap, logs
     from worker.settings import get_settings
 
     settings = get_settings()
     logs.configure(settings.log_level, settings.log_json)
     cpu_claims.take()
+    heap.freeze()
     return app

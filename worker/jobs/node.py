@@ -13,7 +13,9 @@ import threading
 from pathlib import Path
 
 import structlog
+from celery import signals
 
+from worker import heap
 from worker.settings import get_settings
 
 log = structlog.get_logger(__name__)
@@ -64,8 +66,14 @@ def run_threads_worker(argv: list[str]) -> int:
     # Celery's threads pool, but taking the reserved messages in lane order (`lane_pool`); the
     # CLI knows pools only by alias, and takes a configured one when given none.
     app.conf.worker_pool = LANE_POOL
+    signals.worker_ready.connect(_freeze_heap, weak=False)
     app.worker_main(argv)  # ends in SystemExit with its exit code
     return 0
+
+
+def _freeze_heap(**_: object) -> None:
+    """Once Celery has started (its bootsteps import and build most of what it keeps)."""
+    heap.freeze()
 
 
 def preload() -> None:
