@@ -1,17 +1,14 @@
 """One CPU for a process of many threads: they hand the interpreter lock over there.
 
-The process's hundreds of threads take turns holding the GIL, one at a time, and hand it over
-at every blocking call (a socket read, a Redis or PostgreSQL round trip). Spread over every
-CPU, each hand-over wakes the next thread on another CPU: a futex wake-up, an inter-processor
-interrupt and a cold cache, for a few microseconds of Python. Profiled during a revalidation
-pass, a third of the worker's CPU was the kernel switching and waking its threads. Confined to
-one CPU, the same hand-overs are switches between threads of one core, and the worker does
-the same work with about half the CPU (docs/execution-model.md, "One CPU per process").
-It loses little: only one thread runs Python at a time anyway. Its extraction processes do
-the CPU-heavy work, and they keep every CPU the worker was allowed (`release`).
-
-The API's processes (`evidence api --workers N`: an event loop and a thread pool each) are
-pinned the same way, each to a CPU of its own while there are CPUs to go round (`claim`).
+The process's threads take turns holding the GIL and hand it over at every blocking call (a
+socket read, a Redis or PostgreSQL round trip). Spread over every CPU, each hand-over wakes
+the next thread on another CPU: a futex wake-up, an inter-processor interrupt and a cold
+cache, for a few microseconds of Python, and the kernel's part of that grew to a large share
+of the worker's CPU. Within one CPU the same hand-overs are cheap switches between threads of
+one core, and little is lost: only one thread runs Python at a time anyway. The extraction
+processes, where the CPU-heavy work is, keep every CPU the worker was allowed (`release`).
+The API's processes are pinned the same way, each to a CPU of its own while there are CPUs
+to go round (`claim`). Measurements: docs/execution-model.md, "One CPU per process".
 """
 
 from __future__ import annotations

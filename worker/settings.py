@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     #: Threads pool: the CPU the worker process keeps its threads on (`auto`: one of those it
     #: may use, when it may use two or more; `none`: all of them; or a CPU number). Its threads
     #: hand the interpreter lock over at every blocking call, far cheaper within one CPU
-    #: (worker/jobs/cpu_pin.py); its extraction processes keep every CPU.
+    #: (worker/cpu_pin.py); its extraction processes keep every CPU.
     worker_cpu: Literal["auto", "none"] | Annotated[int, Field(ge=0)] = "auto"
     #: Threads pool: extraction processes per worker (default: one per core).
     extract_processes: int | None = Field(default=None, ge=1, le=256)
