@@ -123,6 +123,15 @@ def worker(
         str | None,
         typer.Option(help="threads (default, EVIDENCE_WORKER_POOL) or prefork."),
     ] = None,
+    idle: Annotated[
+        bool,
+        typer.Option(
+            "--idle",
+            help="Run the workers and their extraction processes at Linux's idle CPU priority "
+            "(SCHED_IDLE): any other process that wakes takes the CPU from them at once "
+            "(keeps a shared API's latency; with --nice, their share under full load).",
+        ),
+    ] = False,
 ) -> None:
     """Run a Celery worker that processes retrievals (both lanes) and sweeps.
 
@@ -130,12 +139,15 @@ def worker(
     processes; this command supervises that process and replaces it if it dies.
     """
     from worker.jobs.celery_app import WORKER_QUEUES
-    from worker.jobs.node import lower_priority
+    from worker.jobs.node import idle_priority, lower_priority
 
     queues = queues or WORKER_QUEUES
     if nice:
         lower_priority(nice)
+    idle_applied = idle and idle_priority()
     _configure_logging()
+    if idle and not idle_applied:
+        structlog.get_logger("evidence.worker").warning("idle_priority_refused")
     settings = get_settings()
     pool = pool or settings.worker_pool
     if pool not in ("threads", "prefork"):

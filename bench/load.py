@@ -39,6 +39,7 @@ import gc
 import json
 import os
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -445,12 +446,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
     prom = tmp / "prometheus"  # every API process's request histogram, summed at /metrics
     prom.mkdir()
-    if args.as_make_run:
-        args.api_workers, args.worker_nice = 2, 10
     # Both lanes: past EVIDENCE_INTERACTIVE_OPEN_LIMIT open singles, a workspace's new ones join
     # the batch lane.
-    worker_args = ["worker", "--queues", "retrievals,retrievals-batch"]
-    worker_args += ["--nice", str(args.worker_nice)]
+    if args.as_make_run:
+        args.api_workers = 2
+        worker_args = procfile_command("worker")
+    else:
+        worker_args = ["worker", "--queues", "retrievals,retrievals-batch"]
+        worker_args += ["--nice", str(args.worker_nice)] + (["--idle"] if args.worker_idle else [])
     if args.worker_concurrency:
         worker_args += ["--concurrency", str(args.worker_concurrency)]
     procs = {
@@ -617,6 +620,16 @@ def _server_side(before: Buckets, after: Buckets) -> dict[str, Any]:
     return out
 
 
+def procfile_command(name: str, procfile: Path = ROOT / "deploy" / "Procfile") -> list[str]:
+    """The arguments of `evidence` on the Procfile's `name:` line, as `make run` starts it."""
+    for line in procfile.read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            words = shlex.split(line.partition(":")[2])
+            if words[:1] == ["evidence"]:
+                return words[1:]
+    raise ValueError(f"no `{name}: evidence …` line in {procfile}")
+
+
 def _autogroup_nice(pid: int, nice: int) -> None:
     """Set the nice value of `pid`'s autogroup (its session), where the kernel has them."""
     # No autogroups here (or not allowed): the process's own nice value is all there is.
@@ -776,10 +789,13 @@ def main() -> None:
         "--as-make-run",
         action="store_true",
         help="the processes as `make run` starts them (deploy/Procfile): two API processes, the"
-        " worker's own --nice 10 and defaults, no session niceness set by the bench",
+        " worker with the Procfile's options, no session niceness set by the bench",
     )
     parser.add_argument(
         "--worker-nice", type=int, default=10, help="niceness of worker, page server"
+    )
+    parser.add_argument(
+        "--worker-idle", action="store_true", help="the worker at idle CPU priority (--idle)"
     )
     parser.add_argument(
         "--client-nice", type=int, default=0, help="nice value of the load clients (< 0: root)"

@@ -85,6 +85,24 @@ def preload() -> None:
     import worker.jobs.tasks  # noqa: F401
 
 
+def idle_priority() -> bool:
+    """Run this process, and every process and thread it starts from now on, under Linux's
+    `SCHED_IDLE` policy; whether it could.
+
+    A niced process still keeps the CPU it holds until its time slice ends when an API thread
+    or a database backend wakes on that CPU, and a CPU busy with it does not count as free for
+    their wake-ups. `SCHED_IDLE` work is preempted at once by any other process that wakes, and
+    the kernel places wake-ups on its CPUs as if they were idle: the worker takes only the CPU
+    the rest leaves, at the cost of a hand-over per wake-up, not a slice. Its share when the
+    machine is saturated is still its session's (`lower_priority`), so it is not starved.
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux, or refused
+        return False
+    return True
+
+
 def lower_priority(nice: int) -> None:
     """Add `nice` to this process's nice value, and to its session's when it leads one.
 
