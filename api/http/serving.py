@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,11 +94,53 @@ def uvicorn_options(settings: Settings, limits: Limits) -> dict[str, Any]:
 
 
 def run(app: Any, **options: Any) -> None:
-    """`uvicorn.run(app, ...)` with the bounds above."""
+    """`uvicorn.run(app, ...)` with the bounds above; several processes each accept on a
+    listening socket of their own (`ReusePortSocket`)."""
     import uvicorn
 
     settings = get_settings()
-    uvicorn.run(app, **options, **uvicorn_options(settings, prepare(settings)))
+    options = {**options, **uvicorn_options(settings, prepare(settings))}
+    if options.get("workers", 1) <= 1:
+        uvicorn.run(app, **options)
+        return
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config(app, **options)
+    Multiprocess(config, sockets=[ReusePortSocket.bound(config.host, config.port)]).run()
+
+
+def _reuse_port_socket(family: int, address: tuple[Any, ...]) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(address)
+    sock.set_inheritable(True)
+    return sock
+
+
+class ReusePortSocket(socket.socket):
+    """A bound socket that each uvicorn worker process receives as a new socket of its own,
+    bound to the same address with SO_REUSEPORT.
+
+    uvicorn's processes share one listening socket, and a process that wakes first accepts
+    every connection waiting: a client's keep-alive pool, opened at once, lands mostly on one
+    process, which then does most of the work on its one CPU while the other idles (measured:
+    57 % against 26 % of a core at 200 POST/s). With a listening socket per process the kernel
+    spreads new connections over them by their addresses' hash. The parent only binds this
+    one (so a port in use fails at start) and never listens on it; uvicorn hands the sockets
+    to its processes by pickling them, which is where each makes its own.
+    """
+
+    @classmethod
+    def bound(cls, host: str, port: int) -> ReusePortSocket:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        probe = _reuse_port_socket(family, (host, port))
+        sock = cls(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, fileno=probe.detach())
+        sock.set_inheritable(True)
+        return sock
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reuse_port_socket, (self.family, self.getsockname())
 
 
 class HeadersTooLarge(Exception):
