@@ -172,3 +172,44 @@ class TestSettle:
             _rescue()
             expected = "unconfirmed" if attempt == get_settings().max_attempts else "pending"
             assert _state(rid) == (expected, attempt)
+
+
+@pytest.mark.usefixtures("own_database")  # the session's worker must not claim its batch rows
+class TestLaneAtInsert:
+    """`create_retrieval(interactive_limit=N)`: the insert itself puts a single in the batch
+    lane once its workspace has N open interactive retrievals."""
+
+    @staticmethod
+    def _create(
+        workspace_id: uuid.UUID, mutation_id: uuid.UUID | None = None
+    ) -> tuple[retrievals.RetrievalRow, bool]:
+        new = retrievals.NewRetrieval(
+            workspace_id, mutation_id or uuid.uuid4(), "https://example.org/a", "url_text", None
+        )
+        return db.with_transient_retry(
+            lambda s: retrievals.create_retrieval(
+                s, new, clock.now(), timedelta(hours=1), interactive_limit=2
+            )
+        )
+
+    def test_lane_follows_the_open_interactive_count(self) -> None:
+        import sqlalchemy as sa
+
+        from worker.store.models import BatchSchedule
+
+        workspace, other = uuid.uuid4(), uuid.uuid4()
+        first, second = self._create(workspace), self._create(workspace)
+        assert [first[0].lane, second[0].lane] == ["interactive", "interactive"]
+        third, created = self._create(workspace)
+        assert created and third.lane == "batch"
+        assert self._create(other)[0].lane == "interactive"  # another workspace's count
+        with db.session_scope(readonly=True) as session:  # the batch lane serves it in turn
+            schedule = BatchSchedule.__table__.c  # type: ignore[attr-defined]
+            query = sa.select(schedule.workspace_id).where(schedule.workspace_id == workspace)
+            assert session.execute(query).scalar_one_or_none() == workspace
+        # A replay answers the row as it was recorded, whatever the count says now.
+        replay, created = self._create(workspace, third.mutation_id)
+        assert not created and (replay.id, replay.lane) == (third.id, "batch")
+        # Settled work no longer counts: below the limit again, singles are interactive.
+        assert retrievals.settle_claim(_claim(first[0].id), _result(), clock.now())
+        assert self._create(workspace)[0].lane == "interactive"

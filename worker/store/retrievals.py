@@ -139,13 +139,33 @@ _NEW_COLUMNS = (
 )
 
 
+#: Open interactive retrievals of workspace `b_workspace`, counting at most `b_cap` rows.
+_OPEN_INTERACTIVE = sa.select(sa.func.count()).select_from(
+    sa.select(sa.literal(1))
+    .where(
+        RETRIEVAL.c.workspace_id == sa.bindparam("b_workspace"),
+        RETRIEVAL.c.lane == LANE_INTERACTIVE,
+        sa.text(OPEN_SQL),
+    )
+    .limit(sa.bindparam("b_cap", type_=sa.Integer))
+    .subquery()
+)
+
+
 @cache
-def _insert_one(dialect: str) -> Any:
-    """The single create's statement, built once per dialect (it runs on every POST)."""
+def _insert_one(dialect: str, laned: bool = False) -> Any:
+    """The single create's statement, built once per dialect (it runs on every POST).
+
+    `laned`: the statement picks the lane itself, batch once the workspace has `b_cap` open
+    interactive retrievals (`_OPEN_INTERACTIVE`), so a POST needs no round trip to count.
+    """
     insert = db.insert_for(dialect)
-    values = {
+    values: dict[str, Any] = {
         name: sa.bindparam(f"b_{name}", type_=RETRIEVAL.c[name].type) for name in _NEW_COLUMNS
     }
+    if laned:
+        full = _OPEN_INTERACTIVE.scalar_subquery() >= sa.bindparam("b_cap", type_=sa.Integer)
+        values["lane"] = sa.case((full, LANE_BATCH), else_=LANE_INTERACTIVE)
     return (
         insert(RETRIEVAL)
         .values(values)
@@ -166,6 +186,7 @@ def create_retrieval(
     now: datetime,
     ttl: timedelta,
     lane: str = LANE_INTERACTIVE,
+    interactive_limit: int | None = None,
 ) -> tuple[RetrievalRow, bool]:
     """Record `request` once; return the row and whether this call created it.
 
@@ -174,12 +195,18 @@ def create_retrieval(
     A new row is marked published at once, optimistically: the caller publishes right after
     the commit and clears the mark if that fails (`mark_unpublished`); a crash in between is
     caught by the sweep, which republishes pending rows whose publish is old.
+
+    With `interactive_limit`, the insert itself puts the row in the batch lane when the
+    workspace already has that many open interactive retrievals (`lane` is then ignored).
     """
-    stmt = _insert_one(session.bind.dialect.name)  # type: ignore[union-attr]
-    values = _row_values(request, now, ttl, lane)
-    inserted = session.execute(stmt, {f"b_{k}": v for k, v in values.items()}).one_or_none()
+    laned = interactive_limit is not None
+    stmt = _insert_one(session.bind.dialect.name, laned)  # type: ignore[union-attr]
+    params = {f"b_{k}": v for k, v in _row_values(request, now, ttl, lane).items()}
+    if laned:
+        params.update(b_workspace=request.workspace_id, b_cap=interactive_limit)
+    inserted = session.execute(stmt, params).one_or_none()
     if inserted is not None:
-        if lane == LANE_BATCH:
+        if inserted.lane == LANE_BATCH:
             note_batch_work(session, [request.workspace_id])
         return inserted, True
     row = session.execute(
@@ -270,24 +297,6 @@ def count_open(session: Session, workspace_id: uuid.UUID, cap: int) -> OpenCount
     return OpenCount(int(total), int(inter))
 
 
-_OPEN_INTERACTIVE = sa.select(sa.func.count()).select_from(
-    sa.select(sa.literal(1))
-    .where(
-        RETRIEVAL.c.workspace_id == sa.bindparam("b_workspace"),
-        RETRIEVAL.c.lane == LANE_INTERACTIVE,
-        sa.text(OPEN_SQL),
-    )
-    .limit(sa.bindparam("b_cap", type_=sa.Integer))
-    .subquery()
-)
-
-
-def count_interactive(session: Session, workspace_id: uuid.UUID, cap: int) -> int:
-    """Open interactive retrievals of the workspace, counting at most `cap` rows."""
-    params = {"b_workspace": workspace_id, "b_cap": cap}
-    return int(session.execute(_OPEN_INTERACTIVE, params).scalar_one())
-
-
 def find_existing(
     session: Session, workspace_id: uuid.UUID, mutation_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, RetrievalRow]:
@@ -342,8 +351,8 @@ def create_within_quota(
     `rate_ok` says whether the write rate granted it (the caller asked Redis). A replay of a
     known mutation_id is answered whatever the quotas say: it adds nothing (it is how a client
     polls). A workspace with `interactive_limit` open interactive retrievals already is looping
-    over the single route: the new one joins the batch lane (a bounded count, read first: the
-    lane is advice, not a quota).
+    over the single route: the new one joins the batch lane (a bounded count, taken by the
+    insert itself: the lane is advice, not a quota).
 
     The row is inserted, then its room under the ceiling reserved in the workspace's tally
     (`open_tally.reserve`: one UPDATE, whose row lock is the only wait between the
@@ -356,9 +365,7 @@ def create_within_quota(
     """
     if not rate_ok:
         return _refused_unless_replay(session, request, open_limit)
-    interactive = count_interactive(session, request.workspace_id, interactive_limit)
-    lane = LANE_BATCH if interactive >= interactive_limit else LANE_INTERACTIVE
-    row, created = create_retrieval(session, request, now, ttl, lane)
+    row, created = create_retrieval(session, request, now, ttl, interactive_limit=interactive_limit)
     if not created:
         return row, created
     if reserve_at_commit and db.dialect(session) == db.POSTGRESQL:
