@@ -153,11 +153,21 @@ def get_engine() -> Engine:
     return engine
 
 
+#: A read-only session's connection options. On PostgreSQL, autocommit: each statement runs
+#: on a snapshot of its own, as under READ COMMITTED in a transaction, and closing the session
+#: sends no ROLLBACK (a round trip in every read, a third of a poll's). SQLite's `readonly`
+#: begins without the write lock.
+_READ_ONLY: dict[str, dict[str, Any]] = {
+    SQLITE: {"readonly": True},
+    POSTGRESQL: {"readonly": True, "isolation_level": "AUTOCOMMIT"},
+}
+
+
 def _session_factory(readonly: bool = False) -> sessionmaker[Session]:
     factory = _factories.get(readonly)
     if factory is None:  # two threads may both build one: sessionmakers hold no connections
         engine = get_engine()
-        bind = engine.execution_options(readonly=True) if readonly else engine
+        bind = engine.execution_options(**_READ_ONLY[engine.dialect.name]) if readonly else engine
         factory = _factories.setdefault(readonly, sessionmaker(bind, expire_on_commit=False))
     return factory
 
