@@ -154,9 +154,9 @@ def get_engine() -> Engine:
 
 
 #: A read-only session's connection options. On PostgreSQL, autocommit: each statement runs
-#: on a snapshot of its own, as under READ COMMITTED in a transaction, and closing the session
-#: sends no ROLLBACK (a round trip in every read, a third of a poll's). SQLite's `readonly`
-#: begins without the write lock.
+#: on a snapshot of its own, as under READ COMMITTED in a transaction, and the driver sends no
+#: BEGIN before the first nor ROLLBACK at the end (each a round trip of its own: two of a
+#: poll's three). SQLite's `readonly` begins without the write lock.
 _READ_ONLY: dict[str, dict[str, Any]] = {
     SQLITE: {"readonly": True},
     POSTGRESQL: {"readonly": True, "isolation_level": "AUTOCOMMIT"},
