@@ -1,0 +1,65 @@
+"""Batch-lane messages (`outbox._tokens`): copies of one Celery-built message, each with ids of
+its own, also when threads publish at once."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from worker.jobs import outbox
+from worker.jobs.celery_app import BATCH_QUEUE, RETRIEVE_NEXT_TASK, app
+
+pytestmark = pytest.mark.usefixtures("services")
+
+
+@pytest.fixture
+def channel() -> Iterator[Any]:
+    with app.pool.acquire(block=True, timeout=10) as connection:
+        yield connection.default_channel
+
+
+def _ids(message: dict[str, Any]) -> tuple[str, str, str, str]:
+    headers, properties = message["headers"], message["properties"]
+    return (
+        headers["id"],
+        headers["root_id"],
+        properties["correlation_id"],
+        properties["delivery_tag"],
+    )
+
+
+def test_tokens_are_the_task_message_with_ids_of_their_own(channel: Any) -> None:
+    built = json.loads(outbox._message(channel, BATCH_QUEUE, RETRIEVE_NEXT_TASK, []))
+    tokens = [json.loads(m) for m in outbox._tokens(channel, BATCH_QUEUE, 3)]
+    tokens += [json.loads(m) for m in outbox._tokens(channel, BATCH_QUEUE, 2)]  # the template
+    for token in tokens:
+        task_id, root_id, correlation_id, _ = _ids(token)
+        assert task_id == root_id == correlation_id
+        assert token["headers"]["task"] == RETRIEVE_NEXT_TASK
+        assert json.loads(base64.b64decode(token["body"])) == json.loads(
+            base64.b64decode(built["body"])
+        )  # no arguments
+        # All else as Celery builds it: only the ids differ.
+        for part in ("headers", "properties"):
+            same = {k: v for k, v in token[part].items() if k not in ("id", "root_id")}
+            fresh = {k: v for k, v in built[part].items() if k not in ("id", "root_id")}
+            for k in ("correlation_id", "delivery_tag"):
+                same.pop(k, None), fresh.pop(k, None)
+            assert same == fresh, part
+    assert len({_ids(t)[0] for t in tokens}) == len({_ids(t)[3] for t in tokens}) == 5
+
+
+def test_threads_publishing_at_once_never_share_or_mix_ids(channel: Any) -> None:
+    def make(_: int) -> list[str]:
+        return outbox._tokens(channel, BATCH_QUEUE, 50)
+
+    with ThreadPoolExecutor(max_workers=8) as threads:
+        messages = [json.loads(m) for batch in threads.map(make, range(32)) for m in batch]
+    ids = [_ids(m) for m in messages]
+    assert all(task_id == root == correlation for task_id, root, correlation, _ in ids)
+    assert len({i[0] for i in ids}) == len({i[3] for i in ids}) == len(messages) == 1600
