@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.support.procfs import children, command_line
 from tests.support.services import Process, free_port, wait_for
 
 CONNECTIONS = 64
 LISTEN, ESTABLISHED = "0A", "01"
-
-
-def children(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
-    return [int(p) for p in out.stdout.split()]
 
 
 def socket_inodes(pid: int) -> set[int]:
@@ -68,11 +63,7 @@ def test_each_process_listens_on_its_own_socket_and_connections_spread(
     api: tuple[Process, int],
 ) -> None:
     served, port = api
-    processes = [
-        pid
-        for pid in children(served.pid)
-        if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ]
+    processes = [pid for pid in children(served.pid) if "spawn_main" in command_line(pid)]
     assert len(processes) == 2, served.log()
 
     # Two processes' listening sockets are two sockets, not one shared.

@@ -4,21 +4,16 @@ to all, each of `evidence api --workers 2`'s processes to one of its own (worker
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import httpx
 
 from api.http.cpu_claims import CLAIMS_ENV
 from tests.conftest import Services
+from tests.support.procfs import children, command_line
 from tests.support.services import Process, free_port, wait_for
 
 ALLOWED = frozenset(os.sched_getaffinity(0))  # what every process started here may use
-
-
-def children(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
-    return [int(p) for p in out.stdout.split()]
 
 
 def thread_cpus(pid: int) -> set[frozenset[int]]:
@@ -30,10 +25,6 @@ def thread_cpus(pid: int) -> set[frozenset[int]]:
         except ProcessLookupError:
             continue
     return cpus
-
-
-def command_line(pid: int) -> str:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
 
 def test_worker_threads_keep_to_one_cpu_its_extraction_processes_to_all(

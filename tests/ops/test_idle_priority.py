@@ -4,16 +4,11 @@ server and its extraction processes all run under SCHED_IDLE (worker/jobs/node.p
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 from tests.conftest import Services
+from tests.support.procfs import children, command_line
 from tests.support.services import Process, wait_for
-
-
-def children(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
-    return [int(p) for p in out.stdout.split()]
 
 
 def policies(pid: int) -> set[int]:
@@ -25,10 +20,6 @@ def policies(pid: int) -> set[int]:
         except ProcessLookupError:
             continue
     return found
-
-
-def command_line(pid: int) -> str:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
 
 def test_idle_worker_runs_every_process_and_thread_at_idle_priority(
