@@ -124,9 +124,9 @@ class ReusePortSocket(socket.socket):
 
     uvicorn's processes share one listening socket, and a process that wakes first accepts
     every connection waiting: a client's keep-alive pool, opened at once, lands mostly on one
-    process, which then does most of the work on its one CPU while the other idles (measured:
-    57 % against 26 % of a core at 200 POST/s). With a listening socket per process the kernel
-    spreads new connections over them by their addresses' hash. The parent only binds this
+    process, which then does most of the work on its one CPU while the other idles
+    (docs/execution-model.md). With a listening socket per process the kernel spreads new
+    connections over them by their addresses' hash. The parent only binds this
     one (so a port in use fails at start) and never listens on it; uvicorn hands the sockets
     to its processes by pickling them, which is where each makes its own.
     """

@@ -96,9 +96,9 @@ def _tokens(channel: Any, queue: str, count: int) -> list[str]:
     """`count` batch-lane messages: copies, with fresh ids, of one Celery built.
 
     They differ only in their task id and delivery tag (no arguments), and building each with
-    Celery cost 0.16-0.38 ms, most of a 1 000-item batch's publish and half a single POST's;
-    a copy costs a tenth. The template is built once per process and queue, and never changed:
-    each copy has headers and properties of its own (threads publish at once).
+    Celery cost 0.16-0.38 ms, most of a 1 000-item batch's publish and much of a single
+    POST's; a copy costs a tenth. The template is built once per process and queue, and never
+    changed: each copy has headers and properties of its own (threads publish at once).
     """
     key = (os.getpid(), queue)
     template = _templates.get(key)

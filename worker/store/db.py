@@ -167,7 +167,8 @@ def _session_factory(readonly: bool = False) -> sessionmaker[Session]:
     factory = _factories.get(readonly)
     if factory is None:  # two threads may both build one: sessionmakers hold no connections
         engine = get_engine()
-        bind = engine.execution_options(**_READ_ONLY[engine.dialect.name]) if readonly else engine
+        options = _READ_ONLY.get(engine.dialect.name, {"readonly": True})
+        bind = engine.execution_options(**options) if readonly else engine
         factory = _factories.setdefault(readonly, sessionmaker(bind, expire_on_commit=False))
     return factory
 
