@@ -72,6 +72,7 @@ def make_celery() -> Celery:
         "evidence",
         broker=settings.broker_url,
         include=["worker.jobs.tasks", "worker.jobs.webhook_tasks"],
+        events="worker.jobs.task_events:LockedBufferEvents",
     )
     app.conf.update(
         task_acks_late=True,
