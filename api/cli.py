@@ -67,6 +67,13 @@ def migrate() -> None:
     typer.echo("database is at the latest migration")
 
 
+def _shared_dir(prefix: str) -> str:
+    """A directory the command's processes share, removed when the command ends."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 @app.command()
 def api(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
@@ -81,10 +88,10 @@ def api(
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Each process counts only the requests it answers: without a directory they all
         # write to, /metrics would show whichever process answered the scrape.
-        metrics_dir = tempfile.mkdtemp(prefix="evidence-api-metrics-")
-        atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    cpu_claims.prepare()  # each process claims a CPU as it starts (`served_app`)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = _shared_dir("evidence-api-metrics-")
+    os.environ.pop(cpu_claims.CLAIMS_ENV, None)
+    if cpu_claims.wanted():  # each process claims a CPU here as it starts (`served_app`)
+        os.environ[cpu_claims.CLAIMS_ENV] = _shared_dir("evidence-api-cpus-")
     serving.run(
         "api.http.app:served_app",
         factory=True,  # called in every worker process: configures its logging, then serves

@@ -1,6 +1,5 @@
 """Assemble the FastAPI application."""
 
-import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,6 +14,7 @@ from api.http.middleware import RequestMetrics
 from api.http.routes import briefs, chunks, evidence, health, images, retrievals, webhooks
 from api.services import image_fetch, waiters
 from api.services import retrievals as retrieval_service
+from worker import heap
 
 #: Longest the API waits at start for its warm-up before taking requests anyway.
 WARM_UP_SECONDS = 10
@@ -31,8 +31,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(retrieval_service.warm_up, abandon_on_cancel=True)
     # What is alive now lives as long as the process: freeze it, so that a full collection scans
     # only what requests allocate, not the start-up heap (docs/performance.md, "The API").
-    gc.collect()
-    gc.freeze()
+    heap.freeze()
     waiters.hub()  # subscribe to settle notifications now, not on the first long-poll
     yield
     image_fetch.close_image_fetcher()
@@ -87,15 +86,13 @@ def served_app() -> FastAPI:
     uvicorn imports the app anew in each worker process (`--workers N`), where the command's
     own logging setup never ran: those processes logged every request in structlog's default
     console format, at INFO whatever EVIDENCE_LOG_LEVEL said, and without the redaction step.
-    Each process then claims its CPU (`api.http.cpu_claims`) and freezes its startup heap
-    (`worker.heap`).
+    Each process then claims its CPU (`api.http.cpu_claims`).
     """
     from api.http import cpu_claims
-    from worker import heap, logs
+    from worker import logs
     from worker.settings import get_settings
 
     settings = get_settings()
     logs.configure(settings.log_level, settings.log_json)
     cpu_claims.take()
-    heap.freeze()
     return app

@@ -9,10 +9,7 @@ on two CPUs, one on each.
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import structlog
@@ -22,18 +19,13 @@ from worker.settings import get_settings
 
 log = structlog.get_logger(__name__)
 
-#: Where the processes of one `evidence api` claim their CPUs (set by the command for them).
+#: Where the processes of one `evidence api` claim their CPUs (made by the command when `wanted`).
 CLAIMS_ENV = "_EVIDENCE_API_CPU_CLAIMS"
 
 
-def prepare() -> None:
-    """In `evidence api`, before its processes start: their claims directory, if they pin."""
-    if get_settings().api_cpu != "auto" or len(os.sched_getaffinity(0)) < 2:
-        os.environ.pop(CLAIMS_ENV, None)
-        return
-    claims = tempfile.mkdtemp(prefix="evidence-api-cpus-")
-    atexit.register(shutil.rmtree, claims, ignore_errors=True)
-    os.environ[CLAIMS_ENV] = claims
+def wanted() -> bool:
+    """Whether `evidence api`'s processes should claim CPUs (`auto`, and two or more)."""
+    return get_settings().api_cpu == "auto" and len(os.sched_getaffinity(0)) >= 2
 
 
 def take() -> int | None:

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from api.http import cpu_claims
+from api.http.cpu_claims import CLAIMS_ENV
 from tests.support.services import ROOT
 from worker.cpu_pin import choose
 from worker.settings import Settings
@@ -122,3 +124,13 @@ def test_settings_take_auto_none_or_a_cpu_number(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("EVIDENCE_API_CPU", "2")
     with pytest.raises(ValidationError):
         Settings()
+
+
+def test_an_api_process_whose_claims_directory_is_gone_serves_unpinned(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(CLAIMS_ENV, str(tmp_path / "removed"))
+    assert cpu_claims.take() is None
+    assert os.sched_getaffinity(0) == ALLOWED  # this process was left as it was
+    monkeypatch.delenv(CLAIMS_ENV)
+    assert cpu_claims.take() is None  # `evidence api` made no directory: nothing to claim

@@ -43,7 +43,7 @@ def run_threads_worker(argv: list[str]) -> int:
     cpu = cpu_pin.choose(settings.worker_cpu, allowed, os.getpid())
     if cpu is not None:
         cpu_pin.pin(cpu)
-    elif settings.worker_cpu not in ("auto", "none"):
+    elif isinstance(settings.worker_cpu, int):  # named, but not a CPU this process may use
         log.warning("worker_cpu_not_allowed", cpu=settings.worker_cpu, allowed=sorted(allowed))
     extraction = extract_pool.start(
         settings.extract_process_count, settings.extract_nice, cpus=allowed
@@ -73,7 +73,7 @@ def run_threads_worker(argv: list[str]) -> int:
 
 def _freeze_heap(**_: object) -> None:
     """Once Celery has started (its bootsteps import and build most of what it keeps)."""
-    heap.freeze()
+    log.info("heap_frozen", objects=heap.freeze())
 
 
 def preload() -> None:
