@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kombu import Connection
 
-from tests.support.services import wait_for
+from tests.support.services import free_port, wait_for
 from worker.jobs.celery_app import app
 from worker.jobs.task_events import LockedBufferDispatcher
 
@@ -93,3 +94,15 @@ def test_no_buffered_event_is_lost_to_a_concurrent_flush(seen: Seen) -> None:
         except TimeoutError:
             missing = set(sent) - seen.ids
             pytest.fail(f"{len(missing)} of {len(sent)} events never reached the receiver")
+
+
+def test_a_flush_that_fails_keeps_the_events_when_not_buffering_offline() -> None:
+    """Without `buffer_while_offline` a failed publish raises; the events stay buffered."""
+    with Connection(f"redis://127.0.0.1:{free_port()}/0") as nowhere:
+        dispatcher = app.events.Dispatcher(
+            nowhere, hostname="nowhere@test", buffer_group=["task"], buffer_while_offline=False
+        )
+        dispatcher.send("task-succeeded", uuid="kept", result="{}", runtime=0.1)
+        with pytest.raises(Exception):  # noqa: B017  (kombu's connection error, whichever)
+            dispatcher.flush()
+        assert [event["uuid"] for event in dispatcher._group_buffer["task"]] == ["kept"]

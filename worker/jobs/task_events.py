@@ -65,7 +65,11 @@ class LockedBufferDispatcher(EventDispatcher):  # type: ignore[misc]  # celery s
                         continue
                     events = list(buffered)
                     buffered.clear()
-                    self._publish(events, self.producer, f"{group}.multi")
+                    try:
+                        self._publish(events, self.producer, f"{group}.multi")
+                    except Exception:  # not buffering while offline: keep them for next time
+                        buffered[:0] = events
+                        raise
 
 
 class LockedBufferEvents(Events):  # type: ignore[misc]
