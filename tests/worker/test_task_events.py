@@ -106,3 +106,5 @@ def test_a_flush_that_fails_keeps_the_events_when_not_buffering_offline() -> Non
         with pytest.raises(Exception):  # noqa: B017  (kombu's connection error, whichever)
             dispatcher.flush()
         assert [event["uuid"] for event in dispatcher._group_buffer["task"]] == ["kept"]
+        dispatcher.close()  # as the worker does on reconnecting and at shutdown
+        assert dispatcher.producer is None

@@ -5,50 +5,39 @@ the list, then empties it. Threads of the pool append to that list without the d
 lock: an event appended while the list was on its way to Redis was emptied with it, unsent.
 Flower then showed that task STARTED for ever (seen in the Flower tests: one delivery of
 four). Celery's own fix (a newer release) arrives with a version this project stays below
-(pyproject.toml), so the dispatcher here appends under the lock the flush holds, and sends a
-copy, so that a failed send keeps what it re-buffers.
+(pyproject.toml), so the dispatcher here sends under the lock the flush holds, and the flush
+sends a copy, so that a failed send keeps what it re-buffers.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from celery.app.events import Events
 from celery.events.dispatcher import EventDispatcher
-from celery.events.event import Event, group_from
-from celery.utils.time import utcoffset
 
 
 class LockedBufferDispatcher(EventDispatcher):  # type: ignore[misc]  # celery ships no types
-    """`EventDispatcher` whose group buffers are filled and emptied under its lock."""
+    """`EventDispatcher` whose group buffers are filled and emptied under its lock.
 
-    def send(
-        self,
-        type: str,  # noqa: A002  (the parent's signature)
-        blind: bool = False,
-        retry: bool = False,
-        retry_policy: Any = None,
-        **fields: Any,
-    ) -> Any:
-        """As `EventDispatcher.send`; a buffered event is appended under the lock."""
-        group = group_from(type)
-        if not self.enabled or group not in self.buffer_group:
-            return super().send(type, blind=blind, retry=retry, retry_policy=retry_policy, **fields)
-        if self.groups and group not in self.groups:
-            return None
-        clock = self.clock.forward()
-        event = Event(
-            type, hostname=self.hostname, utcoffset=utcoffset(), pid=self.pid, clock=clock, **fields
-        )
+    The lock is reentrant so that `send` can hold it around Celery's own `send`, which flushes
+    (taking it again) when a buffer is full.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.mutex = threading.RLock()
+
+    def send(self, *args: Any, **kwargs: Any) -> Any:
+        """As `EventDispatcher.send`, under the lock: a buffered event is appended under it."""
         with self.mutex:
-            buffered = self._group_buffer[group]
-            buffered.append(event)
-            full = len(buffered) >= self.buffer_limit
-        if full:
-            self.flush()
-        elif self.on_send_buffered:
-            self.on_send_buffered()
-        return None
+            return super().send(*args, **kwargs)
+
+    def close(self) -> None:
+        """As `EventDispatcher.close`, which releases its lock if held, which a reentrant lock
+        held by another thread refuses: a thread still sending finishes instead."""
+        self.producer = None
 
     def flush(self, errors: bool = True, groups: bool = True) -> None:
         """Publish what was re-buffered after a failed send, then each group's buffer."""
