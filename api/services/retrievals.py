@@ -31,7 +31,7 @@ from worker import clock
 from worker.jobs import notify, outbox
 from worker.settings import get_settings
 from worker.states import RetrievalState as S
-from worker.store import db, retrievals, sources
+from worker.store import db, retrievals, single_retrieval, sources
 from worker.store import evidence as evidence_store
 from worker.store.models import LANE_INTERACTIVE
 
@@ -99,7 +99,7 @@ def submit_retrieval(
     ttl = timedelta(seconds=settings.receipt_ttl_seconds)
     new = new_retrieval(request, max_age)
     try:
-        row, created = retrievals.record_single(
+        row, created = single_retrieval.record_single(
             new,
             clock.now(),
             ttl,

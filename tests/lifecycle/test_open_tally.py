@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from worker import clock
 from worker.states import RetrievalState as S
-from worker.store import db, open_tally, retrievals
+from worker.store import db, open_tally, retrievals, single_retrieval
 from worker.store.models import OpenTally, Retrieval
 
 # A database of its own: its rows wait in the batch lane, where any spare token the session's
@@ -34,7 +34,7 @@ def record(workspace: uuid.UUID, wanted: int, limit: int = LIMIT) -> int:
             workspace, uuid.uuid4(), "https://example.org/", "url_text", None
         )
         try:
-            retrievals.record_single(request, clock.now(), TTL, limit, 0)
+            single_retrieval.record_single(request, clock.now(), TTL, limit, 0)
         except retrievals.OverQuota as refused:
             assert refused.reason == retrievals.OVER_OPEN
             continue

@@ -1,6 +1,7 @@
 """PostgreSQL: a single retrieval's reservation in the open tally travels with its COMMIT
-(`open_tally.reserve_and_commit`). SQLite reserves before its COMMIT (one writer at a time
-anyway), so this module runs on PostgreSQL only (not in the Makefile's SQLITE_TESTS)."""
+(`open_tally.reserve_and_commit`, on `single_retrieval.record_single`'s general path). SQLite
+reserves before its COMMIT (one writer at a time anyway), so this module runs on PostgreSQL
+only (not in the Makefile's SQLITE_TESTS)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from tests.lifecycle.test_open_tally import LIMIT, TTL, close, open_count, record, tally
 from worker import clock
-from worker.store import db, open_tally, retrievals
+from worker.store import db, open_tally, retrievals, single_retrieval
 
 pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services", "own_database")]
 
@@ -38,10 +39,15 @@ class TestReserveAtCommit:
         def seen(_conn: object, _cursor: object, statement: str, *_: object) -> None:
             statements.append(statement)
 
+        def write(session: Session) -> None:
+            retrievals.create_within_quota(
+                session, _new(workspace), clock.now(), TTL, LIMIT, 0, reserve_at_commit=True
+            )
+
         engine = db.get_engine()
         sa.event.listen(engine, "before_cursor_execute", seen)
         try:
-            assert record(workspace, 1) == 1
+            db.with_transient_retry(write)
         finally:
             sa.event.remove(engine, "before_cursor_execute", seen)
         assert "UPDATE open_tally" in statements[-1] and "shard = 0" in statements[-1]
@@ -68,10 +74,10 @@ class TestReserveAtCommit:
         """At the ceiling, `record_single` is refused at commit, then counts: over quota."""
         assert record(workspace, LIMIT) == LIMIT
         with pytest.raises(retrievals.OverQuota):
-            retrievals.record_single(_new(workspace), clock.now(), TTL, LIMIT, 0)
+            single_retrieval.record_single(_new(workspace), clock.now(), TTL, LIMIT, 0)
         assert open_count(workspace) == LIMIT
         close(workspace, 1)  # room again, which only the exact count can see
-        retrievals.record_single(_new(workspace), clock.now(), TTL, LIMIT, 0)
+        single_retrieval.record_single(_new(workspace), clock.now(), TTL, LIMIT, 0)
         assert open_count(workspace) == LIMIT
 
     def test_one_workspace_reserves_in_several_rows(self, workspace: uuid.UUID) -> None:

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects import postgresql, sqlite
@@ -219,6 +220,23 @@ def _turn() -> Iterator[None]:
     finally:
         _holding.turn = False
         gate.release()
+
+
+@contextmanager
+def driver_connection() -> Iterator[psycopg.Connection[Any]]:
+    """A pooled PostgreSQL connection's own psycopg connection, for what SQLAlchemy cannot
+    send: a pipeline of statements in one round trip. The pool's reset rolls back whatever the
+    caller leaves open; a connection psycopg reports lost is discarded instead of pooled.
+    """
+    with _turn():
+        pooled = get_engine().raw_connection()
+        try:
+            yield pooled.driver_connection  # type: ignore[misc]
+        except psycopg.OperationalError:
+            pooled.invalidate()
+            raise
+        finally:
+            pooled.close()
 
 
 def with_transient_retry(fn: Callable[[Session], T], attempts: int = TRANSIENT_ATTEMPTS) -> T:

@@ -142,15 +142,37 @@ class NoRoomAtCommit(Exception):
 #: The SQLSTATE the reservation raises to stop its COMMIT (a class of codes PostgreSQL leaves
 #: to applications).
 NO_ROOM_SQLSTATE = "EV001"
-_RESERVE_AND_COMMIT = (
-    "DO $$BEGIN"
-    " UPDATE open_tally SET added = added + {n}"
+_RESERVE_IN_BLOCK = (
+    "UPDATE open_tally SET added = added + {n}"
     " WHERE workspace_id = '{workspace}' AND shard = {shard} AND ceiling = {limit}"
     " AND counted + added + {n} <= {share};"
     " IF NOT FOUND THEN RAISE EXCEPTION 'no room under the open ceiling'"
     " USING ERRCODE = '" + NO_ROOM_SQLSTATE + "'; END IF;"
-    " END$$; COMMIT"
 )
+
+
+def reserving_block(
+    workspace_id: uuid.UUID, wanted: int, open_limit: int, if_row: uuid.UUID | None = None
+) -> str:
+    """PostgreSQL: a `DO` block that reserves like `reserve`, in a shard picked at random, and
+    raises NO_ROOM_SQLSTATE (aborting its transaction) when it finds no room. With `if_row`, it
+    reserves only if the transaction recorded the retrieval of that id.
+
+    Literals, not parameters (a `DO` block takes none): the ids are UUIDs and the numbers
+    integers, formatted as such.
+    """
+    shard = _pick()
+    reserve = _RESERVE_IN_BLOCK.format(
+        n=int(wanted),
+        workspace=uuid.UUID(str(workspace_id)),
+        shard=shard,
+        limit=int(open_limit),
+        share=share(shard, int(open_limit)),
+    )
+    if if_row is not None:
+        row = uuid.UUID(str(if_row))
+        reserve = f"IF EXISTS (SELECT 1 FROM retrieval WHERE id = '{row}') THEN {reserve} END IF;"
+    return f"DO $$BEGIN {reserve} END$$"
 
 
 def reserve_and_commit(
@@ -158,19 +180,11 @@ def reserve_and_commit(
 ) -> None:
     """PostgreSQL: `reserve`, then commit the session's transaction, in one round trip.
 
-    Both statements go as one simple query (literals, not parameters: the protocol that takes
-    parameters takes one statement); the workspace is a UUID and the numbers integers, formatted
-    as such. No room: the reservation raises, the COMMIT is skipped, and `NoRoomAtCommit` rolls
-    the transaction back: decide again with `recount`, in a new transaction.
+    Both statements go as one simple query (the protocol that takes parameters takes one
+    statement). No room: the reservation raises, the COMMIT is skipped, and `NoRoomAtCommit`
+    rolls the transaction back: decide again with `recount`, in a new transaction.
     """
-    shard = _pick()
-    statement = _RESERVE_AND_COMMIT.format(
-        n=int(wanted),
-        workspace=uuid.UUID(str(workspace_id)),
-        shard=shard,
-        limit=int(open_limit),
-        share=share(shard, int(open_limit)),
-    )
+    statement = reserving_block(workspace_id, wanted, open_limit) + "; COMMIT"
     at_commit.flush(session)  # what the session's commit would have written first
     try:
         session.connection().exec_driver_sql(statement)

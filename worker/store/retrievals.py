@@ -153,7 +153,7 @@ _OPEN_INTERACTIVE = sa.select(sa.func.count()).select_from(
 
 
 @cache
-def _insert_one(dialect: str, laned: bool = False) -> Any:
+def insert_one(dialect: str, laned: bool = False) -> Any:
     """The single create's statement, built once per dialect (it runs on every POST).
 
     `laned`: the statement picks the lane itself, batch once the workspace has `b_cap` open
@@ -200,8 +200,8 @@ def create_retrieval(
     workspace already has that many open interactive retrievals (`lane` is then ignored).
     """
     laned = interactive_limit is not None
-    stmt = _insert_one(session.bind.dialect.name, laned)  # type: ignore[union-attr]
-    params = {f"b_{k}": v for k, v in _row_values(request, now, ttl, lane).items()}
+    stmt = insert_one(session.bind.dialect.name, laned)  # type: ignore[union-attr]
+    params = {f"b_{k}": v for k, v in new_row_values(request, now, ttl, lane).items()}
     if laned:
         params.update(b_workspace=request.workspace_id, b_cap=interactive_limit)
     inserted = session.execute(stmt, params).one_or_none()
@@ -216,7 +216,10 @@ def create_retrieval(
     return row, False
 
 
-def _row_values(request: NewRetrieval, now: datetime, ttl: timedelta, lane: str) -> dict[str, Any]:
+def new_row_values(
+    request: NewRetrieval, now: datetime, ttl: timedelta, lane: str
+) -> dict[str, Any]:
+    """The columns a new retrieval is inserted with (`insert_one`'s `b_` parameters)."""
     return {
         "id": uuid.uuid4(),
         "workspace_id": request.workspace_id,
@@ -307,33 +310,6 @@ def find_existing(
         RETRIEVAL.c.workspace_id == workspace_id, RETRIEVAL.c.mutation_id.in_(list(mutation_ids))
     )
     return {row.mutation_id: row for row in session.execute(query)}
-
-
-def record_single(
-    request: NewRetrieval,
-    now: datetime,
-    ttl: timedelta,
-    open_limit: int,
-    interactive_limit: int,
-    rate_ok: bool = True,
-) -> tuple[RetrievalRow, bool]:
-    """Record a single retrieval within its workspace's quotas; (row, created). Committed.
-
-    `create_within_quota` in a transaction of its own; on PostgreSQL it reserves with the
-    COMMIT, and when that finds no room, it runs again deciding by the exact count.
-    """
-
-    def attempt(at_commit: bool) -> tuple[RetrievalRow, bool]:
-        return db.with_transient_retry(
-            lambda s: create_within_quota(
-                s, request, now, ttl, open_limit, interactive_limit, rate_ok, at_commit
-            )
-        )
-
-    try:
-        return attempt(True)
-    except open_tally.NoRoomAtCommit:
-        return attempt(False)
 
 
 def create_within_quota(
@@ -462,7 +438,7 @@ def _insert_many(
     # One microsecond apart, in the order given: the batch lane runs a workspace's retrievals
     # oldest first, and the items of one batch in the order they came.
     values = [
-        _row_values(request, now + timedelta(microseconds=n), ttl, lane)
+        new_row_values(request, now + timedelta(microseconds=n), ttl, lane)
         for n, request in enumerate(requests)
     ]
     rows = session.execute(stmt, values).all()
@@ -476,6 +452,19 @@ _scheduled: weakref.WeakKeyDictionary[Any, set[uuid.UUID]] = weakref.WeakKeyDict
 SCHEDULED_CACHE_SIZE = 100_000
 
 
+def scheduled_workspaces(bind: Any) -> set[uuid.UUID]:
+    """Workspaces known to have a committed schedule row in `bind`'s database."""
+    return _scheduled.setdefault(bind, set())
+
+
+def remember_scheduled(bind: Any, workspace_ids: Sequence[uuid.UUID]) -> None:
+    """Note workspaces whose schedule row is committed (read, or written and committed)."""
+    scheduled = scheduled_workspaces(bind)
+    if len(scheduled) + len(workspace_ids) > SCHEDULED_CACHE_SIZE:
+        scheduled.clear()
+    scheduled.update(workspace_ids)
+
+
 def note_batch_work(session: Session, workspace_ids: Sequence[uuid.UUID]) -> None:
     """Make sure each workspace has a schedule row (never served yet: it comes first).
 
@@ -483,7 +472,8 @@ def note_batch_work(session: Session, workspace_ids: Sequence[uuid.UUID]) -> Non
     it (its `served_at`) to commit, and a busy workspace's row is almost always being updated.
     Only rows read are remembered, not those inserted here: this transaction may roll back.
     """
-    scheduled = _scheduled.setdefault(session.get_bind(), set())
+    bind = session.get_bind()
+    scheduled = scheduled_workspaces(bind)
     wanted = [w for w in dict.fromkeys(workspace_ids) if w not in scheduled]
     if not wanted:
         return
@@ -492,9 +482,7 @@ def note_batch_work(session: Session, workspace_ids: Sequence[uuid.UUID]) -> Non
             sa.select(SCHEDULE.c.workspace_id).where(SCHEDULE.c.workspace_id.in_(wanted))
         ).scalars()
     )
-    if len(scheduled) + len(known) > SCHEDULED_CACHE_SIZE:
-        scheduled.clear()
-    scheduled.update(known)
+    remember_scheduled(bind, list(known))
     rows = [{"workspace_id": w, "served_at": None} for w in wanted if w not in known]
     if rows:
         session.execute(db.insert_for(db.dialect(session))(SCHEDULE).on_conflict_do_nothing(), rows)
