@@ -1,10 +1,11 @@
-"""Batch-lane messages (`outbox._tokens`): copies of one Celery-built message, each with ids of
-its own, also when threads publish at once."""
+"""Outbox messages (`outbox._tokens`, `outbox._retrieve_messages`): copies of one Celery-built
+message, each with ids of its own, also when threads publish at once."""
 
 from __future__ import annotations
 
 import base64
 import json
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from worker.jobs import outbox
-from worker.jobs.celery_app import BATCH_QUEUE, RETRIEVE_NEXT_TASK, app
+from worker.jobs.celery_app import BATCH_QUEUE, LANE_QUEUES, RETRIEVE_NEXT_TASK, RETRIEVE_TASK, app
 
 pytestmark = pytest.mark.usefixtures("services")
 
@@ -52,6 +53,35 @@ def test_tokens_are_the_task_message_with_ids_of_their_own(channel: Any) -> None
                 same.pop(k, None), fresh.pop(k, None)
             assert same == fresh, part
     assert len({_ids(t)[0] for t in tokens}) == len({_ids(t)[3] for t in tokens}) == 5
+
+
+def _without_ids(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with its body decoded and its fresh ids left out."""
+    headers = {k: v for k, v in message["headers"].items() if k not in ("id", "root_id")}
+    properties = {
+        k: v
+        for k, v in message["properties"].items()
+        if k not in ("correlation_id", "delivery_tag")
+    }
+    body = json.loads(base64.b64decode(message["body"]))
+    return {**message, "headers": headers, "properties": properties, "body": body}
+
+
+def test_retrieval_messages_are_celerys_own_for_each_id(channel: Any) -> None:
+    """Each copy is what Celery builds for that retrieval id, ids aside (a worker reads the
+    id from the body; Flower shows `argsrepr`)."""
+    queue = LANE_QUEUES["interactive"]
+    ids = [uuid.uuid4() for _ in range(3)]
+    copies = [json.loads(m) for m in outbox._retrieve_messages(channel, queue, ids)]
+    copies += [json.loads(m) for m in outbox._retrieve_messages(channel, queue, ids[:1])]
+    for retrieval_id, copy in zip([*ids, ids[0]], copies, strict=True):
+        built = json.loads(outbox._message(channel, queue, RETRIEVE_TASK, [str(retrieval_id)]))
+        assert _without_ids(copy) == _without_ids(built)
+        assert _without_ids(copy)["body"][0] == [str(retrieval_id)]
+        assert copy["headers"]["argsrepr"] == repr([str(retrieval_id)])
+        task_id, root_id, correlation_id, _ = _ids(copy)
+        assert task_id == root_id == correlation_id != built["headers"]["id"]
+    assert len({_ids(c)[0] for c in copies}) == len({_ids(c)[3] for c in copies}) == 4
 
 
 def test_threads_publishing_at_once_never_share_or_mix_ids(channel: Any) -> None:
