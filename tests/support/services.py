@@ -48,10 +48,17 @@ def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 
 class Process:
     """A service process (`evidence worker`, `evidence beat`, `evidence api`) for tests."""
 
-    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path = ROOT,
+    ) -> None:
         self.args = args
         self.log_path = log_path
         self.env = env
+        self.cwd = cwd  # the tree whose code runs (`python -m` imports from it first)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Process:
@@ -59,7 +66,7 @@ class Process:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "api.cli", *self.args],
-                cwd=ROOT,
+                cwd=self.cwd,
                 env={**os.environ, **(self.env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
