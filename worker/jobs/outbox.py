@@ -128,9 +128,8 @@ def _copy(template: dict[str, Any], retrieval_id: str | None = None) -> str:
         },
     }
     if retrieval_id is not None:
-        body = base64.b64decode(template["body"]).decode()
-        message["body"] = base64.b64encode(body.replace(_PLACEHOLDER, retrieval_id).encode())
-        message["body"] = message["body"].decode()
+        body = base64.b64decode(template["body"]).decode().replace(_PLACEHOLDER, retrieval_id)
+        message["body"] = base64.b64encode(body.encode()).decode()
         headers["argsrepr"] = headers["argsrepr"].replace(_PLACEHOLDER, retrieval_id)
     return json.dumps(message)
 
