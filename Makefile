@@ -39,7 +39,7 @@ SQLITE_TESTS ?= tests/read tests/lifecycle/test_store.py tests/lifecycle/test_ba
 test: install  ## Run the test suite (PostgreSQL, then what runs different SQL on SQLite) with coverage
 	./deploy/ensure-services.sh --postgres
 	rm -rf var/coverage && mkdir -p var/coverage
-	$(COV) run -m pytest -q -m "not fault"
+	$(COV) run -m pytest -q -m "not fault" --durations=15
 	$(COV) run -m pytest -q --db sqlite -m "not fault" $(SQLITE_TESTS)
 	$(COV) combine -q
 	$(COV) report --format=total --fail-under=$(COVERAGE_FLOOR) >/dev/null \
