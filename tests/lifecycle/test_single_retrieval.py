@@ -202,6 +202,29 @@ class TestLeftToTheGeneralPath:
         assert created
         assert sorted(r.id == row.id for r in _rows(workspace)) == [False, True]
 
+    def test_a_commit_whose_answer_was_lost_is_still_created(
+        self, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A backend cut while it commits: the row is committed, the answer lost, and the
+        general path then meets the row. It carries this request's id, so the call created
+        it (202, published), not replayed it; the same request again is a replay."""
+        _record(_new(workspace))  # starts the tally
+        pipelined = single_retrieval._pipelined
+
+        def answer_lost(*args: Any) -> tuple[Any, bool]:
+            row, no_room = pipelined(*args)
+            assert row is not None and not no_room  # committed
+            return None, False  # as when the connection drops before the answer arrives
+
+        monkeypatch.setattr(single_retrieval, "_pipelined", answer_lost)
+        request = _new(workspace)
+        row, created = _record(request)
+        assert created
+        assert [r.id for r in _rows(workspace)].count(row.id) == 1
+        monkeypatch.undo()
+        again, created_again = _record(request)
+        assert again.id == row.id and not created_again
+
 
 class TestLanes:
     def test_the_first_batch_lane_retrieval_writes_the_schedule_row(
@@ -226,7 +249,7 @@ class TestLanes:
     def test_no_room_leaves_no_schedule_row(self, workspace: uuid.UUID) -> None:
         """The schedule row is written in the transaction the reservation rolls back."""
         row, no_room = single_retrieval._pipelined(
-            db.get_engine(), _new(workspace), clock.now(), TTL, LIMIT, 0
+            db.get_engine(), _new(workspace), clock.now(), TTL, LIMIT, 0, uuid.uuid4()
         )
         assert (row, no_room) == (None, True)  # no tally yet
         assert not _scheduled(workspace) and _rows(workspace) == []

@@ -187,6 +187,7 @@ def create_retrieval(
     ttl: timedelta,
     lane: str = LANE_INTERACTIVE,
     interactive_limit: int | None = None,
+    retrieval_id: uuid.UUID | None = None,
 ) -> tuple[RetrievalRow, bool]:
     """Record `request` once; return the row and whether this call created it.
 
@@ -201,7 +202,8 @@ def create_retrieval(
     """
     laned = interactive_limit is not None
     stmt = insert_one(session.bind.dialect.name, laned)  # type: ignore[union-attr]
-    params = {f"b_{k}": v for k, v in new_row_values(request, now, ttl, lane).items()}
+    values = new_row_values(request, now, ttl, lane, retrieval_id)
+    params = {f"b_{k}": v for k, v in values.items()}
     if laned:
         params.update(b_workspace=request.workspace_id, b_cap=interactive_limit)
     inserted = session.execute(stmt, params).one_or_none()
@@ -217,11 +219,16 @@ def create_retrieval(
 
 
 def new_row_values(
-    request: NewRetrieval, now: datetime, ttl: timedelta, lane: str
+    request: NewRetrieval,
+    now: datetime,
+    ttl: timedelta,
+    lane: str,
+    retrieval_id: uuid.UUID | None = None,
 ) -> dict[str, Any]:
-    """The columns a new retrieval is inserted with (`insert_one`'s `b_` parameters)."""
+    """The columns a new retrieval is inserted with (`insert_one`'s `b_` parameters); its id
+    is `retrieval_id`, or a new one."""
     return {
-        "id": uuid.uuid4(),
+        "id": retrieval_id or uuid.uuid4(),
         "workspace_id": request.workspace_id,
         "mutation_id": request.mutation_id,
         "url": request.url,
@@ -321,6 +328,7 @@ def create_within_quota(
     interactive_limit: int,
     rate_ok: bool = True,
     reserve_at_commit: bool = False,
+    retrieval_id: uuid.UUID | None = None,
 ) -> tuple[RetrievalRow, bool]:
     """Record a single retrieval if its workspace's quotas allow; (row, created).
 
@@ -338,10 +346,13 @@ def create_within_quota(
 
     `reserve_at_commit` (PostgreSQL): the reservation is sent with the COMMIT
     (`open_tally.reserve_and_commit`), which ends the transaction, or raises `NoRoomAtCommit`.
+    `retrieval_id`: the new row's id (the same in every attempt at one request).
     """
     if not rate_ok:
         return _refused_unless_replay(session, request, open_limit)
-    row, created = create_retrieval(session, request, now, ttl, interactive_limit=interactive_limit)
+    row, created = create_retrieval(
+        session, request, now, ttl, interactive_limit=interactive_limit, retrieval_id=retrieval_id
+    )
     if not created:
         return row, created
     if reserve_at_commit and db.dialect(session) == db.POSTGRESQL:

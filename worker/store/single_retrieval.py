@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -57,16 +58,32 @@ def record_single(
     COMMIT; when that finds no room, it runs again deciding by the exact count.
     """
 
+    # One id for every attempt at this request: a row of this mutation_id with this id was
+    # committed by an earlier attempt whose answer the connection lost (a backend cut during
+    # its COMMIT), so it was created by this call, not replayed.
+    retrieval_id = uuid.uuid4()
+
     def attempt(at_commit: bool) -> tuple[RetrievalRow, bool]:
-        return db.with_transient_retry(
+        row, created = db.with_transient_retry(
             lambda s: create_within_quota(
-                s, request, now, ttl, open_limit, interactive_limit, rate_ok, at_commit
+                s,
+                request,
+                now,
+                ttl,
+                open_limit,
+                interactive_limit,
+                rate_ok,
+                at_commit,
+                retrieval_id=retrieval_id,
             )
         )
+        return row, created or row.id == retrieval_id
 
     engine = db.get_engine()
     if rate_ok and engine.dialect.name == db.POSTGRESQL:
-        row, no_room = _pipelined(engine, request, now, ttl, open_limit, interactive_limit)
+        row, no_room = _pipelined(
+            engine, request, now, ttl, open_limit, interactive_limit, retrieval_id
+        )
         if row is not None:
             return row, True
         if no_room:
@@ -122,11 +139,13 @@ def _pipelined(
     ttl: timedelta,
     open_limit: int,
     interactive_limit: int,
+    retrieval_id: uuid.UUID,
 ) -> tuple[RetrievalRow | None, bool]:
     """Record a new retrieval in one round trip: (its row, False); (None, True) when the tally
     had no room, and the transaction rolled back; (None, False) when nothing was recorded: the
-    mutation_id is known, or the database failed (the general path meets it again and says)."""
-    values = new_row_values(request, now, ttl, LANE_INTERACTIVE)  # the INSERT decides
+    mutation_id is known, or the database failed (the general path meets it again and says;
+    it knows the row as this request's by `retrieval_id` if the COMMIT went through)."""
+    values = new_row_values(request, now, ttl, LANE_INTERACTIVE, retrieval_id)  # lane: the INSERT
     workspace = request.workspace_id
     insert_sql, params = _compiled(insert_one(db.POSTGRESQL, True), engine.dialect)
     params = {**params, **{f"b_{k}": v for k, v in values.items()}}
