@@ -36,11 +36,16 @@ SQLITE_TESTS ?= tests/read tests/lifecycle/test_store.py tests/lifecycle/test_ba
 	tests/lifecycle/test_open_tally.py tests/lifecycle/test_group_settle.py \
 	tests/lifecycle/test_group_claim.py \
 	tests/lifecycle/test_recovery.py::TestExpiry
+# Test processes per run (pytest-xdist, a test file at a time): each has services of its own (a
+# database, Redis, the HTTPS sites, Celery workers). Many tests wait on those processes, so two
+# keep both cores busy where one left them half idle.
+TEST_PROCESSES ?= 2
+PYTEST_N := -n $(TEST_PROCESSES) --dist loadfile
 test: install  ## Run the test suite (PostgreSQL, then what runs different SQL on SQLite) with coverage
 	./deploy/ensure-services.sh --postgres
 	rm -rf var/coverage && mkdir -p var/coverage
-	$(COV) run -m pytest -q -m "not fault" --durations=15
-	$(COV) run -m pytest -q --db sqlite -m "not fault" $(SQLITE_TESTS)
+	$(COV) run -m pytest -q $(PYTEST_N) -m "not fault" --durations=15
+	$(COV) run -m pytest -q $(PYTEST_N) --db sqlite -m "not fault" $(SQLITE_TESTS)
 	$(COV) combine -q
 	$(COV) report --format=total --fail-under=$(COVERAGE_FLOOR) >/dev/null \
 		|| { $(COV) report --sort=cover | tail -25; echo "coverage below $(COVERAGE_FLOOR) %"; exit 1; }
@@ -48,7 +53,7 @@ test: install  ## Run the test suite (PostgreSQL, then what runs different SQL o
 
 test-faults: install  ## Run the fault-injection suite against the real services
 	./deploy/ensure-services.sh --postgres
-	$(PYTEST) -q -m fault
+	$(PYTEST) -q $(PYTEST_N) -m fault
 
 lint: install  ## Ruff (lint and format) and mypy (strict on api/ and worker/)
 	$(BIN)/ruff check api worker tests bench

@@ -81,8 +81,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _runs_tests(config: pytest.Config) -> bool:
+    """False in the process that only hands tests out to others (`-n N`): each of those runs
+    them against services of its own, set up here."""
+    return hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):
+    if not _runs_tests(config):
         return
     ENV.tmp = Path(tempfile.mkdtemp(prefix="evidence-tests-"))
     ENV.db_kind = config.getoption("--db")
@@ -118,7 +124,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput") or not hasattr(ENV, "site"):
+    if not _runs_tests(config) or not hasattr(ENV, "site"):
         return
     ENV.site.stop()
     ENV.robots_site.stop()
