@@ -777,7 +777,7 @@ def main() -> None:
         type=int,
         default=2,
         help="load-client processes; at 200 POST/s beside the service on two cores, one alone"
-        " lagged its schedule by 29 ms at p99 and two by 9-20 ms (2026-12-03): a lagging client"
+        " lagged its schedule by 29 ms at p99 and two by 9-21 ms (2026-12-03): a lagging client"
         " times its own queueing",
     )
     parser.add_argument(
