@@ -80,13 +80,19 @@ class Submitted(NamedTuple):
     payload: RetrievalPayload
     created: bool
     lane: str
+    #: A new retrieval's id, while its message is still to be published (`publish_later`).
+    unpublished: uuid.UUID | None = None
 
 
 def submit_retrieval(
-    principal: Principal, request: RetrieveRequest, max_age: int | None = None
+    principal: Principal,
+    request: RetrieveRequest,
+    max_age: int | None = None,
+    publish_later: bool = False,
 ) -> Submitted:
     """Record a single retrieval (or find it), publish it if new; its payload, whether it was
-    created, and its lane.
+    created, and its lane. With `publish_later`, a new one's id is returned unpublished: the
+    caller publishes it (`publish_new`) once its answer is sent.
 
     A retrieval submitted alone goes to the interactive lane, unless its workspace already has
     `interactive_open_limit` open ones there (then it joins the batch lane). Quotas: one token
@@ -116,13 +122,22 @@ def submit_retrieval(
     except SQLAlchemyError:  # nothing was recorded (a 503): give the token back
         quotas.limiter.refund(request.workspace, grant.granted, limits)
         raise
+    unpublished = None
     if created:
         announce_created([row])
-        if not outbox.publish([row.id], row.lane):
-            db.with_transient_retry(lambda s: retrievals.mark_unpublished(s, [row.id]))
+        if publish_later:
+            unpublished = row.id
+        else:
+            publish_new(row.id, row.lane)
     else:
         quotas.limiter.refund(request.workspace, grant.granted, limits)
-    return Submitted(retrieval_payload(row), created, row.lane)
+    return Submitted(retrieval_payload(row), created, row.lane, unpublished)
+
+
+def publish_new(retrieval_id: uuid.UUID, lane: str) -> None:
+    """Hand a new retrieval to the broker; one it did not take is left to the sweep."""
+    if not outbox.publish([retrieval_id], lane):
+        db.with_transient_retry(lambda s: retrievals.mark_unpublished(s, [retrieval_id]))
 
 
 def refusal_error(reason: str, limits: quotas.Limits, grant: quotas.Grant) -> ApiError:

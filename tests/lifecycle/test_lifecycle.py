@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -63,6 +66,95 @@ class TestHappyPath:
         start = datetime.fromisoformat(created["created_at"].replace("Z", "+00:00"))
         end = datetime.fromisoformat(created["valid_until"].replace("Z", "+00:00"))
         assert (end - start).total_seconds() == get_settings().receipt_ttl_seconds
+
+
+class TestPublishedAfterTheAnswer:
+    """A new retrieval's message goes to the broker once its 202 has been sent: the answer
+    waits for the commit only (a process that dies before the publish leaves it to the sweep,
+    as a broker that is down does)."""
+
+    def test_answer_then_publish_then_completed(
+        self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from api.http.app import app
+        from api.services import retrievals as service
+
+        events: list[str] = []
+        publish = service.publish_new
+
+        def recorded(retrieval_id: uuid.UUID, lane: str) -> None:
+            events.append("publish")
+            publish(retrieval_id, lane)
+
+        monkeypatch.setattr(service, "publish_new", recorded)
+        status, answer = asyncio.run(
+            _post_through_asgi(app, make_key([workspace]), body(page, workspace), events)
+        )
+        assert status == 202
+        assert events == ["http.response.start", "http.response.body", "publish"]
+        done = api.wait(answer["retrieval"]["id"])
+        assert done["state"] == "completed"
+
+    def test_a_replay_publishes_nothing(
+        self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from api.services import retrievals as service
+
+        sent = body(page, workspace)
+        assert api.post(sent).status_code == 202
+        published: list[uuid.UUID] = []
+        monkeypatch.setattr(service, "publish_new", lambda rid, _lane: published.append(rid))
+        assert api.post(sent).status_code == 200
+        assert published == []
+
+
+async def _post_through_asgi(
+    app: Any, key: str, payload: dict[str, Any], events: list[str]
+) -> tuple[int, dict[str, Any]]:
+    """POST /retrieve straight to the ASGI app, noting each message it sends in `events`."""
+    data = json.dumps(payload).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/research-api/evidence/retrieve",
+        "raw_path": b"/research-api/evidence/retrieve",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"authorization", f"Bearer {key}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(data)).encode()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+        "state": {},
+    }
+    requested = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": data, "more_body": False}
+        await asyncio.Event().wait()  # the client stays connected
+        raise AssertionError("unreachable")
+
+    status, chunks = 0, []
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        events.append(message["type"])
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        else:
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return status, json.loads(b"".join(chunks))
 
 
 class TestIdempotency:

@@ -5,6 +5,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import StringConvertor, register_url_convertor
 
@@ -78,8 +79,19 @@ def retrieve(
 ) -> JSONResponse:
     """Record a retrieval (202), or return the one this mutation_id already made (200)."""
     max_age = parse_max_age(cache_control)
-    payload, created, lane = retrievals.submit_retrieval(principal, body, max_age)
-    return _answer(payload, 202 if created else 200, retrievals.retry_after(payload, lane))
+    submitted = retrievals.submit_retrieval(principal, body, max_age, publish_later=True)
+    answer = _answer(
+        submitted.payload,
+        202 if submitted.created else 200,
+        retrievals.retry_after(submitted.payload, submitted.lane),
+    )
+    # Published once the answer is sent: the answer waits for the commit only. A process that
+    # dies in between leaves the pending row to the sweep (`EVIDENCE_REPUBLISH_AFTER_SECONDS`).
+    if submitted.unpublished is not None:
+        answer.background = BackgroundTask(
+            retrievals.publish_new, submitted.unpublished, submitted.lane
+        )
+    return answer
 
 
 @router.post(
