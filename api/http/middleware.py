@@ -37,17 +37,21 @@ class RequestMetrics:
             return
         start = time.perf_counter()
         status = 500
+        answered: float | None = None  # when the last of the body was sent
 
         async def send_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, answered
             if message["type"] == "http.response.start":
                 status = int(message["status"])
             await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                answered = time.perf_counter()
 
         try:
             await self.app(scope, receive, send_status)
         finally:
-            self._record(scope, status, time.perf_counter() - start)
+            # The time to answer, without a background task run after it (a POST's publish).
+            self._record(scope, status, (answered or time.perf_counter()) - start)
 
     def _record(self, scope: Scope, status: int, seconds: float) -> None:
         method, route = scope["method"], route_of(scope)

@@ -95,6 +95,39 @@ class TestPublishedAfterTheAnswer:
         done = api.wait(answer["retrieval"]["id"])
         assert done["state"] == "completed"
 
+    def test_the_answer_is_timed_without_the_publish(
+        self, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The request histogram says how long the client waited, not how long the publish
+        after it took (held here for a second)."""
+        from api.http.app import app
+        from api.http.metrics import REGISTRY
+        from api.services import retrievals as service
+
+        publish = service.publish_new
+
+        def held(retrieval_id: uuid.UUID, lane: str) -> None:
+            time.sleep(1.0)
+            publish(retrieval_id, lane)
+
+        labels = {"method": "POST", "route": "/research-api/evidence/retrieve"}
+
+        def timed() -> tuple[float, float]:
+            name = "evidence_http_request_duration_seconds"
+            count = REGISTRY.get_sample_value(f"{name}_count", labels) or 0.0
+            return count, REGISTRY.get_sample_value(f"{name}_sum", labels) or 0.0
+
+        monkeypatch.setattr(service, "publish_new", held)
+        count, total = timed()
+        events: list[str] = []
+        status, _ = asyncio.run(
+            _post_through_asgi(app, make_key([workspace]), body(page, workspace), events)
+        )
+        assert status == 202
+        count_after, total_after = timed()
+        assert count_after == count + 1
+        assert total_after - total < 1.0
+
     def test_a_replay_publishes_nothing(
         self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
     ) -> None:
