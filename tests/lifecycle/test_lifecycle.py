@@ -128,6 +128,20 @@ class TestPublishedAfterTheAnswer:
         assert count_after == count + 1
         assert total_after - total < 1.0
 
+    def test_a_publish_that_never_happened_is_left_to_the_sweep(
+        self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """As when the API process dies between its answer and the publish: the row is pending
+        with its message never sent, and the sweep publishes it as one presumed lost."""
+        from api.services import retrievals as service
+
+        skipped: list[uuid.UUID] = []
+        monkeypatch.setattr(service, "publish_new", lambda rid, _lane: skipped.append(rid))
+        created = api.post(body(page, workspace)).json()["retrieval"]
+        assert [str(rid) for rid in skipped] == [created["id"]]
+        done = api.wait(created["id"], timeout=60)
+        assert done["state"] == "completed"
+
     def test_a_replay_publishes_nothing(
         self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
     ) -> None:
