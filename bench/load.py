@@ -3,11 +3,11 @@
 Starts its own PostgreSQL database, private Redis, a loopback HTTPS page, the API, a retrieval
 worker, the sweeper and beat; runs `--warm-up` retrievals through them (16 at a time, in a
 workspace of their own, outside the figures: the measured minute is sustained load, not a cold
-start); then one or more *other processes* (`python -m bench.load client`,
-aiohttp on uvloop, a bounded connection pool) send POSTs open-loop at `--rate` per second for
-`--duration` seconds (each request is scheduled at its own time, whatever earlier ones are
-doing, so slow answers cannot hide themselves), and poll each retrieval with GET until it
-settles, honouring the API's `Retry-After` (else backing off 1.5x per poll up to 8 s).
+start); then one or more *other processes* (`python -m bench.load client`: `bench.lean_http`
+on uvloop, a bounded pool of keep-alive connections) send POSTs open-loop at `--rate` per
+second for `--duration` seconds (each request is scheduled at its own time, whatever earlier
+ones are doing, so slow answers cannot hide themselves), and poll each retrieval with GET until
+it settles, honouring the API's `Retry-After` (else backing off 1.5x per poll up to 8 s).
 
 A load client that cannot keep up measures its own queueing, not the API. So the client
 reports how late its POSTs left versus their schedule (send lag), how late its event loop woke
@@ -47,7 +47,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +108,9 @@ class Recorder:
 
 
 async def _client(args: argparse.Namespace) -> dict[str, Any]:
-    import aiohttp
+    from urllib.parse import urlsplit
+
+    from bench.lean_http import HttpError, Pool
 
     rec = Recorder()
     loop = asyncio.get_running_loop()
@@ -122,43 +123,32 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
     else:
         start = time.perf_counter() + 0.5
     done = asyncio.Event()
-
-    async def on_queued_start(_s: object, ctx: Any, _p: object) -> None:
-        ctx.queued_at = time.perf_counter()
-
-    async def on_queued_end(_s: object, ctx: Any, _p: object) -> None:
-        waited = (time.perf_counter() - ctx.queued_at) * 1000
-        ctx.trace_request_ctx.pool_wait_ms += waited
-        rec.pool_wait_ms.append(waited)
-
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_queued_start.append(on_queued_start)
-    trace.on_connection_queued_end.append(on_queued_end)
-    connector = aiohttp.TCPConnector(limit=args.connections, keepalive_timeout=60)
-    session = aiohttp.ClientSession(
-        base_url=args.api,
-        connector=connector,
-        headers={"Authorization": f"Bearer {args.key}"},
-        timeout=aiohttp.ClientTimeout(total=30),
-        trace_configs=[trace],
+    api = urlsplit(args.api)
+    pool = Pool(
+        api.hostname or "127.0.0.1",
+        api.port or 80,
+        args.connections,
+        {"Authorization": f"Bearer {args.key}"},
     )
 
-    async def call(route: str, method: str, path: str, **kw: Any) -> tuple[int, Any, str | None]:
+    async def call(
+        route: str, method: str, path: str, body: bytes = b""
+    ) -> tuple[int, Any, str | None]:
         """One request: (status, JSON body or None, Retry-After); status 0 on a client error."""
-        began, trace = time.perf_counter(), SimpleNamespace(pool_wait_ms=0.0)
+        began = time.perf_counter()
         try:
-            async with session.request(method, path, trace_request_ctx=trace, **kw) as response:
-                raw = await response.read()
-                status, retry_after = response.status, response.headers.get("Retry-After")
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            rec.error(f"{route}: {type(exc).__name__}")
+            answer, pool_wait_ms = await pool.request(method, path, body)
+        except HttpError as exc:
+            rec.error(f"{route}: {str(exc).split(':')[0]}")
             return 0, None, None
         ended = time.perf_counter()
-        rec.requests[route].append((began - start, (ended - began) * 1000, trace.pool_wait_ms))
-        if status not in (200, 202):
-            rec.error(f"{route}: HTTP {status}")
-            return status, None, retry_after
-        return status, json.loads(raw), retry_after
+        if pool_wait_ms:
+            rec.pool_wait_ms.append(pool_wait_ms)
+        rec.requests[route].append((began - start, (ended - began) * 1000, pool_wait_ms))
+        if answer.status not in (200, 202):
+            rec.error(f"{route}: HTTP {answer.status}")
+            return answer.status, None, answer.retry_after
+        return answer.status, json.loads(answer.body), answer.retry_after
 
     async def one(due: float) -> None:
         rec.send_lag_ms.append((time.perf_counter() - due) * 1000)
@@ -168,7 +158,7 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
             "workspace_id": args.workspace,
             "mutation_id": str(uuid.uuid4()),
         }
-        _, body, hint = await call(POST, "POST", RETRIEVE_PATH, json=payload)
+        _, body, hint = await call(POST, "POST", RETRIEVE_PATH, json.dumps(payload).encode())
         rec.posts_answered += 1
         if body is None:
             return
@@ -197,13 +187,9 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(TICK_SECONDS)
             rec.loop_lag_ms.append(max(0.0, (time.perf_counter() - before - TICK_SECONDS) * 1000))
 
-    async def connect() -> None:
-        async with session.get("/healthz") as response:
-            await response.read()
-
     # Open the pool before the first POST is due, as a long-running client would have it: the
     # first second should measure the API, not TCP handshakes queued behind a cold pool.
-    await asyncio.gather(*(connect() for _ in range(args.connections)), return_exceptions=True)
+    await pool.fill("/healthz")
     tasks: set[asyncio.Task[None]] = set()
     tick = loop.create_task(ticker())
     cpu_start, wall_start = cpu_self(), time.perf_counter()
@@ -225,7 +211,7 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.gather(*list(tasks))
     done.set()
     await tick
-    await session.close()
+    pool.close()
     wall = time.perf_counter() - wall_start
     return {
         "process": index,
@@ -489,7 +475,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if postmaster:  # every database's backends, not only this run's
             pids["postgres"] = postmaster
         meter = CpuMeter(pids)
-        start_at = time.time() + 3  # the clients import aiohttp and connect meanwhile
+        start_at = time.time() + 3  # the clients start and connect meanwhile
         outs = [tmp / f"client-{n}.json" for n in range(args.client_processes)]
         for n, out in enumerate(outs):
             command = [
