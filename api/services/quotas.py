@@ -4,9 +4,12 @@
   from its workspace's bucket: `rate` tokens a second, at most `burst` held. A replay of a
   known mutation_id (how clients poll) creates nothing and costs nothing: its token is given
   back, and it is answered even when the bucket is empty. The bucket lives in Redis (one Lua
-  call, atomic), so it holds across API processes and machines. When Redis cannot be asked,
-  the limit degrades open: the request goes on (logged as `rate_limit_unavailable`, then Redis
-  is left alone for a few seconds); the open ceiling, in the database, still holds.
+  call, atomic), so it holds across API processes and machines. Each process takes a busy
+  workspace's tokens for singles ahead, in leases of a tenth of a second's worth of its rate
+  (`RateLimiter`): most of its POSTs, and replays, then need no round trip to Redis. When
+  Redis cannot be asked, the limit degrades open: the request goes on (logged as
+  `rate_limit_unavailable`, then Redis is left alone for a few seconds); the open ceiling, in
+  the database, still holds.
 * **Open ceiling.** Decided in the database, in the creating transaction
   (`worker.store.retrievals.create_within_quota`), where the count is true.
 * **Limits.** The settings' defaults (`EVIDENCE_QUOTA_*`) with the workspace's overrides from
@@ -23,7 +26,7 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import redis
@@ -48,38 +51,27 @@ CEILING_RETRY_AFTER_SECONDS = 5
 MAX_RATE_RETRY_AFTER_SECONDS = 60
 REDIS_TIMEOUT_SECONDS = 0.5
 REDIS_QUIET_SECONDS = 5.0
+#: How far ahead an API process takes tokens for a workspace's singles (RateLimiter).
+LEASE_SECONDS = 0.1
+MAX_LEASE_TOKENS = 32
 BUCKET_PREFIX = "evidence:quota:bucket:"
 
-#: Take up to ARGV[3] tokens from the bucket KEYS[1] (rate ARGV[1]/s, size ARGV[2]), refilled
-#: by Redis' own clock. Returns {granted, seconds until the refused part could be granted}.
+#: Put back ARGV[4] unused tokens, then take up to ARGV[3] from the bucket KEYS[1] (rate
+#: ARGV[1]/s, size ARGV[2]), refilled by Redis' own clock. Returns {granted, tokens left}.
 _TAKE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local rate, burst, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local want, returned = tonumber(ARGV[3]), tonumber(ARGV[4])
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
 local tokens, ts = tonumber(state[1]), tonumber(state[2])
 if tokens == nil or ts == nil then tokens, ts = burst, now end
-tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate + returned)
 local granted = math.min(want, math.floor(tokens))
 tokens = tokens - granted
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
-local wait = 0
-if granted < want then
-  wait = (math.min(want - granted, burst) - tokens) / rate
-end
-return {granted, tostring(wait)}
-"""
-
-
-#: Put back ARGV[3] tokens taken for retrievals that turned out to be replays.
-_REFUND = """
-local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens'))
-if tokens ~= nil then
-  local refilled = math.min(tonumber(ARGV[2]), tokens + tonumber(ARGV[3]))
-  redis.call('HSET', KEYS[1], 'tokens', tostring(refilled))
-end
-return 0
+return {granted, tostring(tokens)}
 """
 
 
@@ -177,13 +169,48 @@ def _or(value: T | None, default: T) -> T:
     return default if value is None else value
 
 
+def lease_size(used: int, ran_out: bool, limits: Limits) -> int:
+    """Tokens to take from the bucket for a process's next lease: as many as it used of its last
+    one, twice that if it ran out before its time; at least 1, at most a lease's worth of the
+    workspace's rate (and MAX_LEASE_TOKENS)."""
+    ceiling = min(MAX_LEASE_TOKENS, math.floor(limits.write_rate * LEASE_SECONDS))
+    return max(1, min(used * 2 if ran_out else used, ceiling))
+
+
+def shortfall_wait(short: int, tokens_left: float, limits: Limits) -> float:
+    """Seconds until the bucket, holding `tokens_left`, could grant `short` more tokens."""
+    return (min(short, limits.write_burst) - tokens_left) / limits.write_rate
+
+
+@dataclass
+class _Lease:
+    """Tokens this process took from a workspace's bucket ahead of its singles."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    tokens: int = 0
+    until: float = 0.0  # monotonic; unused tokens go back with the next take after it
+    used: int = 0  # taken from this lease so far
+
+
 class RateLimiter:
-    """Token buckets in Redis, one per workspace; degrades open when Redis cannot be asked."""
+    """Token buckets in Redis, one per workspace; degrades open when Redis cannot be asked.
+
+    A single (one token) is served from a short lease the process takes from the bucket ahead
+    of it: as many tokens as the process used in its last lease, never more than LEASE_SECONDS
+    of the workspace's rate. So a busy workspace's POSTs ask Redis once every few requests, and
+    a replay's token (taken, then given back) costs no round trip at all. What a lease does not
+    use within LEASE_SECONDS goes back to the bucket with the process's next take; the bucket
+    never grants more than its rate, and another process can find it short by at most what
+    the leases hold, for at most LEASE_SECONDS.
+    """
 
     def __init__(self) -> None:
         self._client: tuple[int, str, redis.Redis] | None = None
-        self._scripts: dict[str, Any] = {}
+        self._script: Any = None
         self._quiet_until = 0.0
+        self._leases: dict[uuid.UUID, _Lease] = {}
+        self._leases_pid = os.getpid()
+        self._leases_lock = threading.Lock()
 
     def _redis(self) -> redis.Redis:
         url = get_settings().politeness_redis_url
@@ -194,45 +221,90 @@ class RateLimiter:
                 socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
             )
             self._client = (os.getpid(), url, client)
-            self._scripts = {
-                "take": client.register_script(_TAKE),
-                "refund": client.register_script(_REFUND),
-            }
+            self._script = client.register_script(_TAKE)
         return self._client[2]
 
-    def _run(self, script: str, workspace_id: uuid.UUID, limits: Limits, n: int) -> Any:
-        """Run a bucket script; None when Redis cannot be asked (then left alone a while)."""
+    def _take(
+        self, workspace_id: uuid.UUID, limits: Limits, want: int, returned: int = 0
+    ) -> tuple[int, float] | None:
+        """Give back `returned`, take up to `want`: (granted, tokens left in the bucket); None
+        when Redis cannot be asked (then it is left alone a while)."""
         if time.monotonic() < self._quiet_until:
             return None
         try:
             self._redis()
-            return self._scripts[script](
+            granted, left = self._script(
                 keys=[f"{BUCKET_PREFIX}{workspace_id}"],
-                args=[limits.write_rate, limits.write_burst, n],
+                args=[limits.write_rate, limits.write_burst, want, returned],
             )
         except (redis.RedisError, OSError) as exc:
             self._quiet_until = time.monotonic() + REDIS_QUIET_SECONDS
             log.warning("rate_limit_unavailable", error=type(exc).__name__, degraded="open")
             return None
+        return int(granted), float(left)
+
+    def _lease(self, workspace_id: uuid.UUID) -> _Lease:
+        lease = self._leases.get(workspace_id)
+        if lease is None or self._leases_pid != os.getpid():
+            with self._leases_lock:
+                # A forked child must not spend its parent's tokens; past the cap, the tokens
+                # dropped leases held come back as the buckets refill.
+                if self._leases_pid != os.getpid() or len(self._leases) >= OVERRIDE_CACHE_SIZE:
+                    self._leases, self._leases_pid = {}, os.getpid()
+                lease = self._leases.setdefault(workspace_id, _Lease())
+        return lease
 
     def take(self, workspace_id: uuid.UUID, wanted: int, limits: Limits) -> Grant:
         """Take up to `wanted` tokens from the workspace's bucket (all of them if Redis is down)."""
         if wanted <= 0:
             return Grant(0, None)
-        answer = self._run("take", workspace_id, limits, wanted)
+        if wanted == 1:
+            return self._take_one(workspace_id, limits)
+        answer = self._take(workspace_id, limits, wanted)
         if answer is None:
             return Grant(wanted, None)
-        granted, wait = int(answer[0]), float(answer[1])
-        return Grant(granted, None if granted >= wanted else retry_seconds(wait))
+        granted, left = answer
+        if granted >= wanted:
+            return Grant(granted, None)
+        return Grant(granted, retry_seconds(shortfall_wait(wanted - granted, left, limits)))
+
+    def _take_one(self, workspace_id: uuid.UUID, limits: Limits) -> Grant:
+        lease = self._lease(workspace_id)
+        with lease.lock:
+            now = time.monotonic()
+            if lease.tokens and now < lease.until:
+                lease.tokens -= 1
+                lease.used += 1
+                return Grant(1, None)
+            # A new lease: the last one's unused tokens go back with this take.
+            want = lease_size(lease.used, now < lease.until, limits)
+            answer = self._take(workspace_id, limits, want, lease.tokens)
+            if answer is None:
+                return Grant(1, None)
+            granted, left = answer
+            lease.tokens, lease.until, lease.used = 0, now + LEASE_SECONDS, 0
+            if not granted:
+                return Grant(0, retry_seconds(shortfall_wait(1, left, limits)))
+            lease.tokens, lease.used = granted - 1, 1
+            return Grant(1, None)
 
     def refund(self, workspace_id: uuid.UUID, unused: int, limits: Limits) -> None:
-        """Give back tokens taken for submissions that created nothing (replays, refusals)."""
-        if unused > 0:
-            self._run("refund", workspace_id, limits, unused)
+        """Give back tokens taken for submissions that created nothing (replays, refusals): a
+        single's into its live lease, more straight to the bucket."""
+        if unused <= 0:
+            return
+        if unused == 1:
+            lease = self._lease(workspace_id)
+            with lease.lock:
+                if time.monotonic() < lease.until:
+                    lease.tokens, lease.used = lease.tokens + 1, max(0, lease.used - 1)
+                    return
+        self._take(workspace_id, limits, 0, unused)
 
     def reset(self) -> None:
-        """Forget the client and any quiet period (tests that move Redis)."""
-        self._client, self._scripts, self._quiet_until = None, {}, 0.0
+        """Forget the client, the leases and any quiet period (tests that move Redis)."""
+        self._client, self._script, self._quiet_until = None, None, 0.0
+        self._leases = {}
 
 
 limiter = RateLimiter()

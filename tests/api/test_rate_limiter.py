@@ -1,0 +1,163 @@
+"""The write-rate limiter against a real Redis: a single's token comes from a short lease the
+process takes ahead, the bucket never grants more than its rate across processes, and what a
+lease does not use goes back."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from api.services import quotas
+from api.services.quotas import Limits, RateLimiter, lease_size, shortfall_wait
+from tests.conftest import Env
+
+
+@pytest.fixture
+def bucket(env: Env) -> Iterator[uuid.UUID]:
+    workspace = uuid.uuid4()
+    yield workspace
+    redis.Redis.from_url(env.redis.url).delete(f"{quotas.BUCKET_PREFIX}{workspace}")
+
+
+def script_calls(env: Env) -> int:
+    """Lua script calls Redis has served so far (EVALSHA, and EVAL for a script it lacked)."""
+    stats = redis.Redis.from_url(env.redis.url).info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{cmd}", {}).get("calls", 0)) for cmd in ("evalsha", "eval"))
+
+
+def bucket_tokens(env: Env, workspace: uuid.UUID) -> float:
+    raw = redis.Redis.from_url(env.redis.url).hget(f"{quotas.BUCKET_PREFIX}{workspace}", "tokens")
+    assert raw is not None
+    return float(raw)
+
+
+def redis_time(env: Env) -> float:
+    seconds, micros = redis.Redis.from_url(env.redis.url).time()
+    return seconds + micros / 1_000_000
+
+
+class TestLeaseSize:
+    def test_starts_at_one(self) -> None:
+        assert lease_size(0, False, Limits(10, 1000.0, 2000)) == 1
+        assert lease_size(0, True, Limits(10, 1000.0, 2000)) == 1
+
+    def test_follows_what_the_last_lease_used(self) -> None:
+        assert lease_size(7, False, Limits(10, 1000.0, 2000)) == 7
+
+    def test_doubles_when_the_last_ran_out_early(self) -> None:
+        assert lease_size(4, True, Limits(10, 1000.0, 2000)) == 8
+
+    def test_never_more_than_a_lease_of_the_rate(self) -> None:
+        # 100/s for LEASE_SECONDS (0.1 s): 10.
+        assert lease_size(30, True, Limits(10, 100.0, 2000)) == 10
+        assert lease_size(10_000, True, Limits(10, 1e6, 2000)) == quotas.MAX_LEASE_TOKENS
+
+    def test_a_slow_rate_takes_one_at_a_time(self) -> None:
+        assert lease_size(5, True, Limits(10, 0.5, 2)) == 1
+
+
+class TestShortfallWait:
+    def test_time_to_refill_what_is_missing(self) -> None:
+        assert shortfall_wait(1, 0.25, Limits(10, 0.5, 2)) == pytest.approx(1.5)
+        assert shortfall_wait(3, 1.0, Limits(10, 1.0, 10)) == pytest.approx(2.0)
+
+    def test_never_waits_for_more_than_the_burst(self) -> None:
+        assert shortfall_wait(100, 0.0, Limits(10, 1.0, 5)) == pytest.approx(5.0)
+
+
+class TestLeases:
+    def test_singles_ask_redis_once_a_lease(self, env: Env, bucket: uuid.UUID) -> None:
+        """Forty singles in quick succession: the lease grows 1, 2, 4, 8 ...; far fewer calls."""
+        limiter, limits = RateLimiter(), Limits(10, 10_000.0, 10_000)
+        before = script_calls(env)
+        grants = [limiter.take(bucket, 1, limits) for _ in range(40)]
+        calls = script_calls(env) - before
+        assert all(g.granted == 1 for g in grants)
+        assert calls <= 10, calls  # one a single: 40
+
+    def test_a_replay_costs_no_round_trip(
+        self, env: Env, bucket: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Taken, then given back (a replay): within the lease, Redis is not asked again."""
+        monkeypatch.setattr(quotas, "LEASE_SECONDS", 30.0)
+        limiter, limits = RateLimiter(), Limits(10, 0.5, 2)
+        before = script_calls(env)
+        for _ in range(20):
+            assert limiter.take(bucket, 1, limits).granted == 1
+            limiter.refund(bucket, 1, limits)
+        assert script_calls(env) - before == 1
+
+    def test_unused_tokens_go_back_to_the_bucket(
+        self, env: Env, bucket: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A lease's leftover tokens return with the next take once it has expired: nothing is
+        lost. (A slow rate: the bucket refills by under half a token over the test.)"""
+        monkeypatch.setattr(quotas, "LEASE_SECONDS", 30.0)  # leases of up to 3 tokens
+        burst = 100
+        limiter, limits = RateLimiter(), Limits(10, 0.1, burst)
+        limiter.take(bucket, 1, limits)
+        limiter.take(bucket, 1, limits)  # ran out early: the next lease is twice as large
+        lease = limiter._leases[bucket]
+        assert lease.tokens == 1  # one of two left
+        assert bucket_tokens(env, bucket) == pytest.approx(burst - 3, abs=0.5)
+        lease.until = 0.0  # expired
+        limiter.take(bucket, 1, limits)
+        # 3 taken from the bucket, 1 of them unused and given back, 1 more taken: 3 granted.
+        granted, held = 3, limiter._leases[bucket].tokens
+        assert bucket_tokens(env, bucket) + held == pytest.approx(burst - granted, abs=0.5)
+
+    def test_a_forked_process_does_not_spend_its_parents_lease(
+        self, env: Env, bucket: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(quotas, "LEASE_SECONDS", 30.0)
+        limiter, limits = RateLimiter(), Limits(10, 10.0, 100)
+        limiter.take(bucket, 1, limits)
+        limiter.take(bucket, 1, limits)  # a lease of two: one token left in it
+        assert limiter._leases[bucket].tokens == 1
+        parent = quotas.os.getpid()
+        monkeypatch.setattr(quotas.os, "getpid", lambda: parent + 1)
+        before = script_calls(env)
+        assert limiter.take(bucket, 1, limits).granted == 1
+        assert script_calls(env) - before == 1  # its own lease, from the bucket
+
+    def test_a_refusal_says_when_one_token_comes_back(self, env: Env, bucket: uuid.UUID) -> None:
+        limiter, limits = RateLimiter(), Limits(10, 0.5, 2)
+        assert [limiter.take(bucket, 1, limits).granted for _ in range(3)] == [1, 1, 0]
+        refused = limiter.take(bucket, 1, limits)
+        assert refused.granted == 0 and refused.retry_after in (1, 2)
+
+    def test_processes_together_never_exceed_the_rate(self, env: Env, bucket: uuid.UUID) -> None:
+        """Two limiters (two API processes), eight threads each, taking singles as fast as they
+        can for half a second: no more granted than the burst plus the rate over that time, and
+        every token accounted for: granted, held in a lease, or still in the bucket."""
+        rate, burst = 200.0, 20
+        limits = Limits(10, rate, burst)
+        processes = [RateLimiter(), RateLimiter()]
+        granted = [0] * 16
+        stop = threading.Event()
+        began = redis_time(env)
+
+        def hammer(n: int) -> None:
+            limiter = processes[n % 2]
+            while not stop.is_set():
+                granted[n] += limiter.take(bucket, 1, limits).granted
+
+        threads = [threading.Thread(target=hammer, args=(n,)) for n in range(16)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)
+        stop.set()
+        for thread in threads:
+            thread.join()
+        elapsed = redis_time(env) - began  # the bucket's clock
+        supply = burst + rate * elapsed
+        held = sum(lease.tokens for p in processes for lease in p._leases.values())
+        assert sum(granted) <= supply
+        # The bucket refilled from the first take to the last, a few ms inside the half second.
+        accounted = sum(granted) + held + bucket_tokens(env, bucket)
+        assert supply - rate * 0.2 <= accounted <= supply
