@@ -67,7 +67,7 @@ format: install  ## Format the code
 migrate: install  ## Apply the migrations to EVIDENCE_DATABASE_URL
 	$(BIN)/evidence migrate
 
-LOAD_ARGS ?= --rate 200 --duration 60
+LOAD_ARGS ?= --rate 200 --duration 60 --as-make-run
 load: install  ## Load test: open-loop POST-then-poll against the running service (PostgreSQL)
 	./deploy/ensure-services.sh --postgres
 	$(PY) -m bench.load $(LOAD_ARGS)
