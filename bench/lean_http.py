@@ -38,7 +38,6 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[Answer] | None = None
         self._body: list[bytes] = []
         self._retry_after: str | None = None
-        self._keep_alive = True
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -66,12 +65,12 @@ class _Connection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
-        self._keep_alive = self._parser.should_keep_alive()
+        keep_alive = self._parser.should_keep_alive()
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             status = self._parser.get_status_code()
             waiter.set_result(Answer(status, b"".join(self._body), self._retry_after))
-        if not self._keep_alive:
+        if not keep_alive:
             self.close()
 
     def _fail(self, error: HttpError) -> None:
