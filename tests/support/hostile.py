@@ -72,8 +72,15 @@ def stall(before_headers: bool = True, seconds: float = SAFETY_SECONDS) -> Handl
     return handle
 
 
-def endless_chunked(chunk: bytes = b"<p>" + b"a" * 1021, interval: float = 0.0) -> Handler:
-    """A chunked body that never ends (stops only on hang-up or after SAFETY_SECONDS)."""
+def endless_chunked(
+    chunk: bytes = b"<p>" + b"a" * (64 * 1024 - 3), interval: float = 0.0
+) -> Handler:
+    """A chunked body that never ends (stops only on hang-up or after SAFETY_SECONDS).
+
+    The default chunk is large because every TLS record read or written waits for the GIL: with
+    one busy thread in the process, 5 MiB in 1 KiB chunks took 5.6-13 s, past a 4 s deadline;
+    in 64 KiB chunks, 1.0-2.3 s.
+    """
 
     def handle(handler: BaseHTTPRequestHandler) -> None:
         handler.close_connection = True
