@@ -77,9 +77,10 @@ def endless_chunked(
 ) -> Handler:
     """A chunked body that never ends (stops only on hang-up or after SAFETY_SECONDS).
 
-    The default chunk is large because every TLS record read or written waits for the GIL: with
-    one busy thread in the process, 5 MiB in 1 KiB chunks took 5.6-13 s, past a 4 s deadline;
-    in 64 KiB chunks, 1.0-2.3 s.
+    The default chunk is large: each TLS record is read with the interpreter lock let go and
+    taken back, so in a busy worker a body of small records can outlast the tests' fetch deadline
+    before it reaches the byte bound (docs/execution-model.md, "The interpreter's switch
+    interval").
     """
 
     def handle(handler: BaseHTTPRequestHandler) -> None:
