@@ -57,19 +57,21 @@ MAX_LEASE_TOKENS = 32
 BUCKET_PREFIX = "evidence:quota:bucket:"
 
 #: Put back ARGV[4] unused tokens, then take up to ARGV[3] from the bucket KEYS[1] (rate
-#: ARGV[1]/s, size ARGV[2]), refilled by Redis' own clock. Returns {granted, tokens left}.
+#: ARGV[1]/s, size ARGV[2]), refilled by Redis' own clock. Returns {granted, tokens left}. The
+#: clock is kept in whole microseconds: a number in seconds, stored with `tostring`, kept only
+#: 100 µs, and each take's rounding gained or lost that much refill.
 _TAKE = """
 local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
 local want, returned = tonumber(ARGV[3]), tonumber(ARGV[4])
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts_us')
 local tokens, ts = tonumber(state[1]), tonumber(state[2])
 if tokens == nil or ts == nil then tokens, ts = burst, now end
-tokens = math.min(burst, tokens + math.max(0, now - ts) * rate + returned)
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate / 1000000 + returned)
 local granted = math.min(want, math.floor(tokens))
 tokens = tokens - granted
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts_us', string.format('%d', now))
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
 return {granted, tostring(tokens)}
 """

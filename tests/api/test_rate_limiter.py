@@ -36,6 +36,14 @@ def bucket_tokens(env: Env, workspace: uuid.UUID) -> float:
     return float(raw)
 
 
+def bucket_state(env: Env, workspace: uuid.UUID) -> tuple[float, int]:
+    """The bucket's tokens, and the Redis time (µs) they were counted at."""
+    key = f"{quotas.BUCKET_PREFIX}{workspace}"
+    tokens, ts_us = redis.Redis.from_url(env.redis.url).hmget(key, "tokens", "ts_us")
+    assert tokens is not None and ts_us is not None
+    return float(tokens), int(ts_us)
+
+
 def redis_time(env: Env) -> float:
     seconds, micros = redis.Redis.from_url(env.redis.url).time()
     return seconds + micros / 1_000_000
@@ -161,3 +169,20 @@ class TestLeases:
         # The bucket refilled from the first take to the last, a few ms inside the half second.
         accounted = sum(granted) + held + bucket_tokens(env, bucket)
         assert supply - rate * 0.2 <= accounted <= supply
+
+
+class TestBucketClock:
+    def test_refill_balances_over_many_takes(self, env: Env, bucket: uuid.UUID) -> None:
+        """The bucket gains exactly its rate times the time between takes on Redis' clock: over
+        hundreds of takes, what was granted balances what refilled to a hundredth of a token. A
+        clock kept to 100 µs gained or lost up to 5 tokens a take at this rate."""
+        rate = 100_000.0
+        limits = Limits(10, rate, 1_000_000)
+        limiter = RateLimiter()
+        assert limiter.take(bucket, 1_000_000, limits).granted == 1_000_000  # drain it
+        first_tokens, first_us = bucket_state(env, bucket)
+        granted = sum(limiter.take(bucket, 2, limits).granted for _ in range(400))
+        last_tokens, last_us = bucket_state(env, bucket)
+        refilled = rate * (last_us - first_us) / 1_000_000
+        assert granted > 0
+        assert abs(first_tokens + refilled - granted - last_tokens) < 0.01
