@@ -58,8 +58,8 @@ BUCKET_PREFIX = "evidence:quota:bucket:"
 
 #: Put back ARGV[4] unused tokens, then take up to ARGV[3] from the bucket KEYS[1] (rate
 #: ARGV[1]/s, size ARGV[2]), refilled by Redis' own clock. Returns {granted, tokens left}. The
-#: clock is kept in whole microseconds: a number in seconds, stored with `tostring`, kept only
-#: 100 µs, and each take's rounding gained or lost that much refill.
+#: clock is kept in whole microseconds: `tostring` keeps 14 digits, so a time in seconds would
+#: keep only 100 µs, and each take would gain or lose that much refill.
 _TAKE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -30,18 +30,16 @@ def script_calls(env: Env) -> int:
     return sum(int(stats.get(f"cmdstat_{cmd}", {}).get("calls", 0)) for cmd in ("evalsha", "eval"))
 
 
-def bucket_tokens(env: Env, workspace: uuid.UUID) -> float:
-    raw = redis.Redis.from_url(env.redis.url).hget(f"{quotas.BUCKET_PREFIX}{workspace}", "tokens")
-    assert raw is not None
-    return float(raw)
-
-
 def bucket_state(env: Env, workspace: uuid.UUID) -> tuple[float, int]:
     """The bucket's tokens, and the Redis time (µs) they were counted at."""
     key = f"{quotas.BUCKET_PREFIX}{workspace}"
     tokens, ts_us = redis.Redis.from_url(env.redis.url).hmget(key, "tokens", "ts_us")
     assert tokens is not None and ts_us is not None
     return float(tokens), int(ts_us)
+
+
+def bucket_tokens(env: Env, workspace: uuid.UUID) -> float:
+    return bucket_state(env, workspace)[0]
 
 
 def redis_time(env: Env) -> float:
