@@ -18,7 +18,12 @@ import httptools
 
 
 class HttpError(Exception):
-    """The request did not get a whole answer: the connection failed, closed or timed out."""
+    """The request did not get a whole answer: the connection failed, closed or timed out.
+    `kind` names the failure without its details, for counting."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -47,11 +52,11 @@ class _Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(HttpError(f"unparsable answer: {exc}"))
+            self._fail(HttpError("unparsable answer", str(exc)))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._fail(HttpError(f"connection closed: {exc or 'by the server'}"))
+        self._fail(HttpError("connection closed", str(exc or "by the server")))
 
     # httptools callbacks
     def on_message_begin(self) -> None:
@@ -90,7 +95,7 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
         self.transport.write(request)
-        timer = loop.call_later(timeout, self._fail, HttpError(f"no answer in {timeout} s"))
+        timer = loop.call_later(timeout, self._fail, HttpError("no answer", f"in {timeout} s"))
         try:
             return await waiter
         finally:
@@ -104,10 +109,8 @@ class Pool:
     def __init__(self, host: str, port: int, size: int, headers: dict[str, str]) -> None:
         self._host, self._port = host, port
         self._idle: list[_Connection] = []
-        self._open = 0
+        self._slots = asyncio.Semaphore(size)  # a request holds one from acquire to release
         self._size = size
-        self._freed = asyncio.Condition()
-        self._waiting = 0
         fixed = "".join(f"{k}: {v}\r\n" for k, v in ({"Host": f"{host}:{port}"} | headers).items())
         self._fixed = fixed.encode("latin-1")
 
@@ -122,39 +125,24 @@ class Pool:
         connections = await asyncio.gather(*(self._connect() for _ in range(self._size)))
         await asyncio.gather(*(c.send(self._head("GET", path) + b"\r\n", 30) for c in connections))
         self._idle.extend(connections)
-        self._open = len(connections)
 
     def _head(self, method: str, path: str) -> bytes:
         return f"{method} {path} HTTP/1.1\r\n".encode("latin-1") + self._fixed
 
     async def _acquire(self) -> tuple[_Connection | None, float]:
-        """A live idle connection (None: open a new one), and the ms spent waiting for one."""
-        waited_from = None
-        while True:
-            while self._idle:
-                connection = self._idle.pop()
-                if not connection.closed:
-                    return connection, _since(waited_from)
-                self._open -= 1
-            if self._open < self._size:
-                self._open += 1
-                return None, _since(waited_from)
-            waited_from = waited_from or time.perf_counter()
-            self._waiting += 1
-            try:
-                async with self._freed:
-                    await self._freed.wait()
-            finally:
-                self._waiting -= 1
+        """A live idle connection (None: open a new one), and the ms spent waiting for a slot."""
+        waited_from = time.perf_counter() if self._slots.locked() else None
+        await self._slots.acquire()
+        while self._idle:
+            connection = self._idle.pop()
+            if not connection.closed:
+                return connection, _since(waited_from)
+        return None, _since(waited_from)
 
-    async def _release(self, connection: _Connection | None) -> None:
-        if connection is None or connection.closed:
-            self._open -= 1
-        else:
+    def _release(self, connection: _Connection | None) -> None:
+        if connection is not None and not connection.closed:
             self._idle.append(connection)
-        if self._waiting:
-            async with self._freed:
-                self._freed.notify()
+        self._slots.release()
 
     async def request(
         self, method: str, path: str, body: bytes = b"", timeout: float = 30.0
@@ -169,9 +157,9 @@ class Pool:
                 connection = await self._connect()
             answer = await connection.send(head + b"\r\n" + body, timeout)
         except OSError as exc:
-            raise HttpError(f"{type(exc).__name__}: {exc}") from exc
+            raise HttpError(type(exc).__name__, str(exc)) from exc
         finally:
-            await self._release(connection)
+            self._release(connection)
         return answer, waited
 
     def close(self) -> None:

@@ -139,7 +139,7 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
         try:
             answer, pool_wait_ms = await pool.request(method, path, body)
         except HttpError as exc:
-            rec.error(f"{route}: {str(exc).split(':')[0]}")
+            rec.error(f"{route}: {exc.kind}")
             return 0, None, None
         ended = time.perf_counter()
         if pool_wait_ms:
