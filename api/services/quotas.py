@@ -54,6 +54,8 @@ REDIS_QUIET_SECONDS = 5.0
 #: How far ahead an API process takes tokens for a workspace's singles (RateLimiter).
 LEASE_SECONDS = 0.1
 MAX_LEASE_TOKENS = 32
+#: Workspaces an API process keeps leases for; past it, it starts afresh.
+MAX_LEASED_WORKSPACES = 4096
 BUCKET_PREFIX = "evidence:quota:bucket:"
 
 #: Put back ARGV[4] unused tokens, then take up to ARGV[3] from the bucket KEYS[1] (rate
@@ -251,7 +253,7 @@ class RateLimiter:
             with self._leases_lock:
                 # A forked child must not spend its parent's tokens; past the cap, the tokens
                 # dropped leases held come back as the buckets refill.
-                if self._leases_pid != os.getpid() or len(self._leases) >= OVERRIDE_CACHE_SIZE:
+                if self._leases_pid != os.getpid() or len(self._leases) >= MAX_LEASED_WORKSPACES:
                     self._leases, self._leases_pid = {}, os.getpid()
                 lease = self._leases.setdefault(workspace_id, _Lease())
         return lease

@@ -131,6 +131,21 @@ class TestLeases:
         assert limiter.take(bucket, 1, limits).granted == 1
         assert script_calls(env) - before == 1  # its own lease, from the bucket
 
+    def test_leases_are_kept_for_a_bounded_number_of_workspaces(
+        self, env: Env, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Past the cap the process starts afresh: memory does not grow with workspaces seen."""
+        monkeypatch.setattr(quotas, "MAX_LEASED_WORKSPACES", 2)
+        limiter, limits = RateLimiter(), Limits(10, 10.0, 100)
+        workspaces = [uuid.uuid4() for _ in range(3)]
+        try:
+            for workspace in workspaces:
+                assert limiter.take(workspace, 1, limits).granted == 1
+            assert list(limiter._leases) == [workspaces[2]]
+        finally:
+            keys = [f"{quotas.BUCKET_PREFIX}{w}" for w in workspaces]
+            redis.Redis.from_url(env.redis.url).delete(*keys)
+
     def test_a_refusal_says_when_one_token_comes_back(self, env: Env, bucket: uuid.UUID) -> None:
         limiter, limits = RateLimiter(), Limits(10, 0.5, 2)
         assert [limiter.take(bucket, 1, limits).granted for _ in range(3)] == [1, 1, 0]
