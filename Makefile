@@ -44,12 +44,17 @@ PYTEST_N := -n $(TEST_PROCESSES) --dist loadfile
 test: install  ## Run the test suite (PostgreSQL, then what runs different SQL on SQLite) with coverage
 	./deploy/ensure-services.sh --postgres
 	rm -rf var/coverage && mkdir -p var/coverage
-	$(COV) run -m pytest -q $(PYTEST_N) -m "not fault" --durations=15
-	$(COV) run -m pytest -q $(PYTEST_N) --db sqlite -m "not fault" $(SQLITE_TESTS)
-	$(COV) combine -q
-	$(COV) report --format=total --fail-under=$(COVERAGE_FLOOR) >/dev/null \
-		|| { $(COV) report --sort=cover | tail -25; echo "coverage below $(COVERAGE_FLOOR) %"; exit 1; }
-	@echo "coverage: $$($(COV) report --format=total) % of api/ and worker/ (floor $(COVERAGE_FLOOR) %)"
+	@# Every part runs, and coverage is printed, even when a part fails; then make fails.
+	@failed=""; \
+	$(COV) run -m pytest -q $(PYTEST_N) -m "not fault" --durations=15 || failed="$$failed postgres"; \
+	$(COV) run -m pytest -q $(PYTEST_N) --db sqlite -m "not fault" $(SQLITE_TESTS) || failed="$$failed sqlite"; \
+	$(COV) combine -q; \
+	if $(COV) report --format=total --fail-under=$(COVERAGE_FLOOR) >/dev/null; then \
+		echo "coverage: $$($(COV) report --format=total) % of api/ and worker/ (floor $(COVERAGE_FLOOR) %)"; \
+	else \
+		$(COV) report --sort=cover | tail -25; echo "coverage below $(COVERAGE_FLOOR) %"; failed="$$failed coverage"; \
+	fi; \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi
 
 test-faults: install  ## Run the fault-injection suite against the real services
 	./deploy/ensure-services.sh --postgres
