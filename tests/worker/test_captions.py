@@ -1,9 +1,15 @@
 """Caption parsing: sniffing, tags and entities, dropped cues, rolling repeats, bounds."""
 
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.support import hostile
+from tests.support.schemas import validate_result
+from tests.support.tls_site import TLSSite
 from worker.content.captions import (
     MAX_RAW_CUES,
     CaptionError,
@@ -11,7 +17,9 @@ from worker.content.captions import (
     parse_captions,
     sniff_format,
 )
+from worker.content.pipeline import run_pipeline
 from worker.content.results import MAX_SEGMENTS, Segment
+from worker.fetch.fetcher import Fetcher
 from worker.reasons import Reason
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captions"
@@ -330,3 +338,80 @@ class TestBounds:
         parsed = parse_captions(vtt(*cues), "webvtt")
         assert parsed.limited and parsed.invalid_cues == 0
         assert Reason.CUES_LIMITED in parsed.reasons
+
+
+#: Files with the control characters of web-platform-tests' whitespace-chars and regions-id
+#: cases: form feeds and vertical tabs in timings lines, a vertical tab as a region id.
+CONTROL_FILES = ("whitespace_controls.vtt", "region_ids_vt.vtt")
+
+
+@pytest.fixture(scope="module")
+def caption_site() -> Iterator[TLSSite]:
+    """The control-character files over loopback HTTPS, as text/vtt and with no type."""
+    with TLSSite() as site:
+        for name in CONTROL_FILES:
+            body = (FIXTURES / name).read_bytes()
+            site.page(f"/vtt/{name}", body, "text/vtt; charset=utf-8")
+            site.page(f"/untyped/{name}", body, "")
+            site.page(f"/plain/{name}", body, "text/plain")
+        yield site
+
+
+@pytest.fixture(scope="module")
+def caption_fetcher(
+    caption_site: TLSSite, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fetcher]:
+    ca = caption_site.write_ca(tmp_path_factory.mktemp("captions-ca") / "ca.pem")
+    client = Fetcher(hostile.fetch_settings([caption_site.port], ca_bundle=ca))  # type: ignore[arg-type]
+    yield client
+    client.close()
+
+
+def fetched(fetcher: Fetcher, url: str) -> dict[str, Any]:
+    """published_captions of `url` through the real fetcher, checked against the schema."""
+    at = datetime(2024, 5, 1, tzinfo=UTC)
+    return validate_result(
+        run_pipeline(fetcher, url, "published_captions", None, now=lambda: at).result
+    )
+
+
+class TestControlCharactersOverHTTPS:
+    """Form feed and vertical tab are text to the WebVTT parser: such files are read, not
+    refused as binary (the regression: unsupported/unsupported_media)."""
+
+    @pytest.mark.parametrize("folder", ["vtt", "untyped"])
+    def test_whitespace_controls(
+        self, caption_fetcher: Fetcher, caption_site: TLSSite, folder: str
+    ) -> None:
+        """Spaces, tabs and form feeds around the arrow are whitespace; the block whose
+        timings hold vertical tabs is dropped by the parser and counted (partial)."""
+        result = fetched(caption_fetcher, caption_site.url(f"/{folder}/whitespace_controls.vtt"))
+        assert (result["status"], result["reason"]) == ("partial", "invalid_cues")
+        assert result["segments"] == [
+            {"start_ms": 1_000, "end_ms": 2_500, "text": "The tide comes in."},
+            {"start_ms": 3_000, "end_ms": 4_500, "text": "The tide goes out."},
+            {"start_ms": 5_000, "end_ms": 6_500, "text": "Gulls follow the boats."},
+        ]
+        assert result["provenance"]["caption_format"] == "webvtt"
+
+    @pytest.mark.parametrize("folder", ["vtt", "untyped"])
+    def test_vertical_tab_region_id(
+        self, caption_fetcher: Fetcher, caption_site: TLSSite, folder: str
+    ) -> None:
+        """A vertical tab as a region id and as a cue's region setting: every cue is kept."""
+        result = fetched(caption_fetcher, caption_site.url(f"/{folder}/region_ids_vt.vtt"))
+        assert result["status"] == "ready"
+        assert [(s["start_ms"], s["end_ms"], s["text"]) for s in result["segments"]] == [
+            (1_000, 2_000, "North bank."),
+            (2_000, 3_000, "South bank."),
+            (3_000, 4_000, "Mid-stream."),
+            (4_000, 5_000, "Under the bridge."),
+        ]
+
+    @pytest.mark.parametrize("name", CONTROL_FILES)
+    def test_vertical_tab_is_binary_as_plain_text(
+        self, caption_fetcher: Fetcher, caption_site: TLSSite, name: str
+    ) -> None:
+        """Served as text/plain the MIME Sniffing rule holds: VT is a binary data byte."""
+        result = fetched(caption_fetcher, caption_site.url(f"/plain/{name}"))
+        assert (result["status"], result["reason"]) == ("unsupported", "unsupported_media")

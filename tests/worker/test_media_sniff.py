@@ -156,3 +156,55 @@ class TestWebVTTNul:
         """Other types keep the MIME Sniffing rule: NUL is a binary data byte."""
         refused(declared, self.NUL_VTT)
         assert looks_binary(self.NUL_VTT)
+
+
+class TestWebVTTControls:
+    """Vertical tab (a binary data byte) and form feed (text) in WebVTT bodies.
+
+    The WebVTT parser reads both: FF is whitespace around the timings' arrow, VT an ordinary
+    character (a timings line holding one is dropped, the file is kept). Browsers load such
+    files (web-platform-tests' whitespace-chars and regions-id), so both are text in WebVTT.
+    """
+
+    VT_VTT = (
+        b"WEBVTT\n\n00:01.000\x0b-->\x0b00:02.000\nlost\n\n"
+        b"00:03.000 --> 00:04.000 region:\x0b\nhi\n"
+    )
+    FF_VTT = b"WEBVTT\n\n\x0c00:01.000\x0c-->\x0c00:02.000\x0c\nhi\n"
+    #: The binary data bytes WebVTT still refuses: all but NUL and VT.
+    WEBVTT_BINARY = [b for b in BINARY_DATA_BYTES if b not in (0x00, 0x0B)]
+
+    @pytest.mark.parametrize(
+        "body", [VT_VTT, FF_VTT, b"\xef\xbb\xbf" + VT_VTT], ids=["vt", "ff", "bom-vt"]
+    )
+    def test_vt_and_ff_in_webvtt_are_text(self, body: bytes) -> None:
+        """Served as text/vtt, or undeclared with the signature, VT and FF are text."""
+        assert not looks_binary(body, webvtt=True)
+        assert media_type("text/vtt", body, "/c.vtt") == "text/vtt"
+        assert media_type(None, body, "/c") == "text/vtt"
+
+    @pytest.mark.parametrize("declared", ["text/plain", "application/x-subrip", "text/html"])
+    def test_vt_elsewhere_is_binary(self, declared: str) -> None:
+        """Other types keep the MIME Sniffing rule: VT is a binary data byte, FF is not."""
+        refused(declared, self.VT_VTT)
+        assert media_type(declared, self.FF_VTT, "/c") == declared
+
+    def test_vt_without_the_signature_is_binary(self) -> None:
+        """Undeclared and without the WebVTT signature, VT is binary as for any text."""
+        refused(None, self.VT_VTT.removeprefix(b"WEBVTT"))
+
+    @pytest.mark.parametrize("byte", WEBVTT_BINARY, ids=hex)
+    def test_other_binary_data_bytes_still_refuse_webvtt(self, byte: int) -> None:
+        """Each other binary data byte still makes a WebVTT body binary."""
+        body = self.VT_VTT.replace(b"lost", b"lo" + bytes([byte]) + b"st")
+        assert looks_binary(body, webvtt=True)
+        refused("text/vtt", body)
+
+    @pytest.mark.parametrize(("bom", "codec"), WIDE, ids=[c for _, c in WIDE])
+    def test_wide_webvtt_judged_alike(self, bom: bytes, codec: str) -> None:
+        """After a UTF-16/32 mark the same characters decide: VT and NUL are WebVTT text."""
+        text = "WEBVTT\n\n00:01.000 --> 00:02.000 region:\x0b\nsilence\x00here\n"
+        body = bom + text.encode(codec)
+        assert not looks_binary(body, webvtt=True)
+        assert looks_binary(body)
+        assert looks_binary(bom + text.replace("\x0b", "\x01").encode(codec), webvtt=True)

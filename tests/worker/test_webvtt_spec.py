@@ -142,6 +142,10 @@ TIMING_CASES = [
     timing("three-digit-hours", "100:00:00.000 --> 100:00:01.000", (360_000_000, 360_001_000)),
     timing("no-spaces-around-arrow", "00:01.000-->00:02.000", (1000, 2000)),
     timing("tabs-around-arrow", "00:01.000\t-->\t00:02.000", (1000, 2000)),
+    timing("form-feeds-are-whitespace", "\f00:01.000\f\f-->\f00:02.000\f", (1000, 2000)),
+    timing("vertical-tab-is-no-whitespace", "\v00:01.000 --> 00:02.000", None),
+    timing("vertical-tab-before-arrow", "00:01.000\v-->\v00:02.000", None),
+    timing("vertical-tab-in-settings-is-kept", "00:01.000 --> 00:02.000 region:\v", (1000, 2000)),
     timing("leading-whitespace", "  00:01.000 --> 00:02.000", (1000, 2000)),
     timing("settings-after-end", "00:01.000 --> 00:02.000 align:start line:0", (1000, 2000)),
     timing("settings-glued-to-end", "00:01.000 --> 00:02.000align:start", (1000, 2000)),
@@ -293,6 +297,32 @@ class TestParser:
     def test_cue_text_keeps_line_feeds(self) -> None:
         """The cue text keeps its line feeds; tags go, references are decoded."""
         assert cue_text("<i>a</i>\n&amp;b") == "a\n&b"
+
+
+class TestControlCharacters:
+    """Form feed and vertical tab, as web-platform-tests' whitespace-chars and regions-id
+    cases hold them (files of our own with the same shapes)."""
+
+    def test_whitespace_around_timings(self) -> None:
+        """Spaces, tabs and form feeds are whitespace around timings; VT is not, so that
+        block is dropped whole, and counted."""
+        parsed = parse_webvtt((FIXTURES / "whitespace_controls.vtt").read_text(encoding="utf-8"))
+        assert [(c.identifier, c.start_ms, c.end_ms, c.text) for c in parsed.cues] == [
+            ("padded with spaces", 1_000, 2_500, "  The tide comes in."),
+            ("padded with tabs", 3_000, 4_500, "The tide goes out."),
+            ("padded with form feeds", 5_000, 6_500, "Gulls follow the boats."),
+        ]
+        assert parsed.dropped_cues == 1
+
+    def test_vertical_tab_region_id(self) -> None:
+        """Region settings split on ASCII whitespace, which VT is not: "id:\\v" names a
+        region "\\v" and "region:\\v" places a cue in it; the last id of a region wins and
+        "id:" or ":x" alone is no setting."""
+        parsed = parse_webvtt((FIXTURES / "region_ids_vt.vtt").read_text(encoding="utf-8"))
+        lines = {r.id: r.lines for r in parsed.regions}
+        assert lines == {"right": "1", "left": "2", "centre": "3", "\v": "4"}
+        placed = [lines[c.cue_settings.region] for c in parsed.cues]
+        assert placed == ["2", "1", "3", "4"]
 
 
 def test_regions_fixture_keeps_every_cue() -> None:

@@ -30,8 +30,11 @@ SNIFF_BYTES = 1445
 #: CR and ESC are text; ISO-2022-JP uses ESC). One in the first bytes makes a body binary.
 _BINARY_DATA_BYTE = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
 _BINARY_DATA_CHAR = re.compile("[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
-#: The same without NUL, for WebVTT: its parser turns NUL into U+FFFD, so NUL is text there.
-_BINARY_DATA_BYTE_BUT_NUL = re.compile(rb"[\x01-\x08\x0b\x0e-\x1a\x1c-\x1f]")
+#: The same without NUL and VT, for WebVTT: its parser turns NUL into U+FFFD and reads VT as
+#: an ordinary character (a timings line holding one is dropped, the file is kept), so both
+#: are text there, as browsers load such files.
+_WEBVTT_BINARY_BYTE = re.compile(rb"[\x01-\x08\x0e-\x1a\x1c-\x1f]")
+_WEBVTT_BINARY_CHAR = re.compile("[\x01-\x08\x0e-\x1a\x1c-\x1f]")
 #: Encodings whose text is full of 0x00 bytes: after their BOM, characters are checked instead.
 _WIDE_CODECS = frozenset({"utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"})
 
@@ -84,32 +87,32 @@ def is_webvtt_body(body: bytes) -> bool:
     return body.removeprefix(b"\xef\xbb\xbf").startswith(b"WEBVTT")
 
 
-def looks_binary(body: bytes, *, nul_is_text: bool = False) -> bool:
+def looks_binary(body: bytes, *, webvtt: bool = False) -> bool:
     """True for bodies that are not text: a known magic number, or a binary data byte.
 
-    With `nul_is_text` (WebVTT), NUL is not a binary data byte.
+    With `webvtt`, NUL and VT are not binary data bytes (the WebVTT parser reads both).
 
     Text after a UTF-16 or UTF-32 byte-order mark is judged by its characters, since its bytes
     are full of zeros: it is binary when it does not decode or holds a binary data character.
     """
     codec, skip = sniff_bom(body)
     if codec in _WIDE_CODECS:
-        return _wide_text_is_binary(body[skip:SNIFF_BYTES], codec)
+        pattern = _WEBVTT_BINARY_CHAR if webvtt else _BINARY_DATA_CHAR
+        return _wide_text_is_binary(body[skip:SNIFF_BYTES], codec, pattern)
     head = body[:SNIFF_BYTES]
     if head.startswith(_BINARY_MAGIC) or _MP4_BOX.match(head):
         return True
-    pattern = _BINARY_DATA_BYTE_BUT_NUL if nul_is_text else _BINARY_DATA_BYTE
-    return pattern.search(head) is not None
+    return (_WEBVTT_BINARY_BYTE if webvtt else _BINARY_DATA_BYTE).search(head) is not None
 
 
-def _wide_text_is_binary(head: bytes, codec: str) -> bool:
+def _wide_text_is_binary(head: bytes, codec: str, pattern: re.Pattern[str]) -> bool:
     try:
         text = head.decode(codec)
     except UnicodeDecodeError as exc:
         if exc.reason not in ("truncated data", "unexpected end of data"):
             return True
         text = head[: exc.start].decode(codec)  # the sniffed bytes end inside a character
-    return _BINARY_DATA_CHAR.search(text) is not None
+    return pattern.search(text) is not None
 
 
 def sniff_text_type(body: bytes, path: str) -> str | None:
@@ -138,16 +141,16 @@ def media_type(declared: str | None, body: bytes, path: str) -> str:
 
     A declared type must be one of the output schema's (`application/octet-stream` is not: a
     browser would not render it as text, nor take it as a `<track>`); only a body served with
-    no type at all is sniffed. Binary bodies are refused whatever their label; NUL alone does
+    no type at all is sniffed. Binary bodies are refused whatever their label; NUL and VT do
     not make a WebVTT body binary (served as text/vtt, or undeclared with the signature).
     """
     if declared is not None:
         if declared not in ALLOWED_MIME_TYPES:
             raise FetchFailure(Reason.UNSUPPORTED_MEDIA, f"content type {declared}")
-        if looks_binary(body, nul_is_text=declared == "text/vtt"):
+        if looks_binary(body, webvtt=declared == "text/vtt"):
             raise FetchFailure(Reason.UNSUPPORTED_MEDIA, f"binary body served as {declared}")
         return declared
-    if looks_binary(body, nul_is_text=is_webvtt_body(body)):
+    if looks_binary(body, webvtt=is_webvtt_body(body)):
         raise FetchFailure(Reason.UNSUPPORTED_MEDIA, "undeclared binary body")
     sniffed = sniff_text_type(body, path)
     if sniffed is None:
