@@ -169,6 +169,39 @@ class TestWriteRate:
         for _ in range(5):
             assert client.post(body(page, other)).status_code == 202
 
+    def test_the_keys_of_one_workspace_share_its_bucket(
+        self, http: object, page: str, workspace: uuid.UUID
+    ) -> None:
+        """The bucket is the workspace's, not the key's: once one key has spent it, another key
+        of the workspace is refused too, on the single route and in a batch."""
+        from tests.support.factories import make_key
+
+        override(workspace, write_rate=0.1, write_burst=1)
+        spender, other_key = (Api(http, make_key([workspace])) for _ in range(2))
+        assert spender.post(body(page, workspace)).status_code == 202
+        check_envelope(other_key.post(body(page, workspace)), 429, "rate_limited")
+        (item,) = other_key.batch([body(page, workspace)]).json()["results"]
+        assert (item["status"], item["error"]["code"]) == (429, "rate_limited"), item
+
+    def test_one_key_of_two_workspaces_spends_two_buckets(
+        self, http: object, page: str, workspace: uuid.UUID
+    ) -> None:
+        """A key of two workspaces, each allowed one write now: it writes once to each (singles,
+        then a batch with an item for each of two more), and only a second write is refused."""
+        from tests.support.factories import make_key
+
+        other, third, fourth = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+        for each in (workspace, other, third, fourth):
+            override(each, write_rate=0.1, write_burst=1)
+        client = Api(http, make_key([workspace, other, third, fourth]))
+        assert client.post(body(page, workspace)).status_code == 202
+        assert client.post(body(page, other)).status_code == 202
+        check_envelope(client.post(body(page, other)), 429, "rate_limited")
+        batch = client.batch([body(page, third), body(page, fourth)]).json()["results"]
+        assert [r["status"] for r in batch] == [202, 202], batch
+        again = client.batch([body(page, third), body(page, fourth)]).json()["results"]
+        assert [r["status"] for r in again] == [429, 429], again
+
     def test_redis_down_degrades_open(
         self, api: Api, env: Env, page: str, workspace: uuid.UUID
     ) -> None:
