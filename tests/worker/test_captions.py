@@ -1,11 +1,13 @@
 """Caption parsing: sniffing, tags and entities, dropped cues, rolling repeats, bounds."""
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support import hostile
 from tests.support.schemas import validate_result
@@ -16,6 +18,7 @@ from worker.content.captions import (
     collapse_rolling,
     parse_captions,
     sniff_format,
+    whole_ms,
 )
 from worker.content.pipeline import run_pipeline
 from worker.content.results import MAX_SEGMENTS, Segment
@@ -415,3 +418,84 @@ class TestControlCharactersOverHTTPS:
         """Served as text/plain the MIME Sniffing rule holds: VT is a binary data byte."""
         result = fetched(caption_fetcher, caption_site.url(f"/plain/{name}"))
         assert (result["status"], result["reason"]) == ("unsupported", "unsupported_media")
+
+
+#: A caption time as (hours, minutes, seconds, milliseconds).
+Clock = tuple[int, int, int, int]
+CLOCKS = st.tuples(st.integers(0, 99), st.integers(0, 59), st.integers(0, 59), st.integers(0, 999))
+#: Hypothesis without its per-example deadline (no timed assertions), the same examples each run.
+EXACT = settings(max_examples=300, deadline=None, derandomize=True)
+
+
+def exact_ms(clock: Clock) -> int:
+    hours, minutes, seconds, millis = clock
+    return ((hours * 60 + minutes) * 60 + seconds) * 1_000 + millis
+
+
+class TestExactMilliseconds:
+    """Caption times convert to milliseconds exactly, with integers: no float truncation
+    (the regression: SubRip 00:34:34,519 read as 2 074 518 ms)."""
+
+    def test_the_reported_subrip_time(self) -> None:
+        body = "1\n00:34:34,519 --> 00:34:35,001\nThe ferry leaves.\n"
+        assert parse_captions(body, "subrip").segments == [
+            Segment(2_074_519, 2_075_001, "The ferry leaves.")
+        ]
+
+    def test_every_millisecond_of_the_reported_minute(self) -> None:
+        """Every h:m:s,ms of 00:34 (60 000 times, many of which float arithmetic cuts)."""
+        wrong = [
+            (second, millis)
+            for second in range(60)
+            for millis in range(1_000)
+            if whole_ms(timedelta(minutes=34, seconds=second, milliseconds=millis))
+            != exact_ms((0, 34, second, millis))
+        ]
+        assert wrong == []
+
+    @EXACT
+    @given(st.lists(st.tuples(CLOCKS, CLOCKS), min_size=1, max_size=40))
+    def test_subrip_times(self, pairs: list[tuple[Clock, Clock]]) -> None:
+        """A SubRip file of cues at any h:m:s,ms: each segment's times are exact."""
+        cues = [(start, end) for start, end in pairs if exact_ms(end) > exact_ms(start)]
+        if not cues:
+            return
+        body = "".join(
+            f"{n}\n{srt_time(start)} --> {srt_time(end)}\ncue {n}\n\n"
+            for n, (start, end) in enumerate(cues, 1)
+        )
+        segments = parse_captions(body, "subrip").segments
+        assert [(s.start_ms, s.end_ms) for s in segments] == [
+            (exact_ms(start), exact_ms(end)) for start, end in cues
+        ]
+
+    @EXACT
+    @given(st.lists(st.tuples(CLOCKS, CLOCKS), min_size=1, max_size=40))
+    def test_webvtt_times(self, pairs: list[tuple[Clock, Clock]]) -> None:
+        """A WebVTT file of cues at any [hh:]mm:ss.ttt: each segment's times are exact."""
+        cues = [(start, end) for start, end in pairs if exact_ms(end) > exact_ms(start)]
+        if not cues:
+            return
+        body = vtt(
+            *(
+                (f"{vtt_time(start)} --> {vtt_time(end)}", f"cue {n}")
+                for n, (start, end) in enumerate(cues)
+            )
+        )
+        segments = parse_captions(body, "webvtt").segments
+        assert [(s.start_ms, s.end_ms) for s in segments] == [
+            (exact_ms(start), exact_ms(end)) for start, end in cues
+        ]
+
+
+def srt_time(clock: Clock) -> str:
+    hours, minutes, seconds, millis = clock
+    return f"{hours:02d}:{minutes:02d}:{seconds:02d},{millis:03d}"
+
+
+def vtt_time(clock: Clock) -> str:
+    """Without hours when they are 0 and the minutes allow it (both forms get read)."""
+    hours, minutes, seconds, millis = clock
+    if hours == 0 and millis % 2:
+        return f"{minutes:02d}:{seconds:02d}.{millis:03d}"
+    return f"{hours:02d}:{minutes:02d}:{seconds:02d}.{millis:03d}"

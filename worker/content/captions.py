@@ -8,6 +8,7 @@ SubRip as the `srt` library reads it. Segments are the cues as they are; only th
 import html
 import re
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Literal
 
 import srt
@@ -37,6 +38,7 @@ _DOT_TIMING = re.compile(r"^[ \t]*(?:\d+:)?\d{1,2}:\d{1,2}\.\d+[ \t]*-->", re.M)
 _SRT_TIMING_LINE = re.compile(r"^[ \t]*\d[^\n]*-->", re.M)
 #: SubRip markup players do not show: HTML-like tags and ASS override blocks ({\an8}).
 _SRT_MARKUP = re.compile(r"<[^>\n]*>|\{\\[^}\n]*\}")
+_MILLISECOND = timedelta(milliseconds=1)
 
 
 class CaptionError(Exception):
@@ -132,6 +134,15 @@ def read_webvtt(text: str) -> tuple[list[RawCue], list[str], int]:
     return cues, parsed.header, parsed.dropped_cues
 
 
+def whole_ms(delta: timedelta) -> int:
+    """`delta` in whole milliseconds, exactly (floor): timedelta's integer arithmetic.
+
+    Not `int(delta.total_seconds() * 1000)`: the float product for 2 074.519 s is
+    2074518.9999999998, which int() cuts to 2 074 518.
+    """
+    return delta // _MILLISECOND
+
+
 def read_subrip(text: str) -> tuple[list[RawCue], int]:
     """Cues of a SubRip file (LF newlines) as `srt` reads them; the timing lines it skipped.
 
@@ -143,8 +154,8 @@ def read_subrip(text: str) -> tuple[list[RawCue], int]:
         raise CaptionError(Reason.INVALID_CAPTIONS)
     cues = [
         RawCue(
-            int(sub.start.total_seconds() * 1000),
-            int(sub.end.total_seconds() * 1000),
+            whole_ms(sub.start),
+            whole_ms(sub.end),
             html.unescape(_SRT_MARKUP.sub("", sub.content)),
         )
         for sub in subtitles
