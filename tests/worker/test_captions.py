@@ -373,9 +373,8 @@ def caption_fetcher(
 def fetched(fetcher: Fetcher, url: str) -> dict[str, Any]:
     """published_captions of `url` through the real fetcher, checked against the schema."""
     at = datetime(2024, 5, 1, tzinfo=UTC)
-    return validate_result(
-        run_pipeline(fetcher, url, "published_captions", None, now=lambda: at).result
-    )
+    run = run_pipeline(fetcher, url, "published_captions", None, now=lambda: at)
+    return validate_result(run.result)  # type: ignore[arg-type]
 
 
 class TestControlCharactersOverHTTPS:

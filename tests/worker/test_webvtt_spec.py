@@ -158,8 +158,19 @@ TIMING_CASES = [
     timing("comma-fraction", "00:01,000 --> 00:02,000", None),
     timing("one-digit-minutes", "0:01.000 --> 0:02.000", None),
     timing("one-digit-seconds", "00:1.000 --> 00:2.000", None),
+    # Each bad timestamp is either cue's only fault: were it read (60 minutes as an hour),
+    # the cue would have end after start and be kept.
     timing("seconds-60", "00:60.000 --> 01:00.000", None),
+    timing("seconds-60-end", "00:00.000 --> 00:60.000", None),
+    timing("seconds-60-start", "00:60.000 --> 02:00.000", None),
+    timing("seconds-60-with-hours-end", "00:00:00.000 --> 00:00:60.000", None),
+    timing("seconds-99-with-hours-start", "00:00:99.000 --> 00:02:00.000", None),
     timing("minutes-60-with-hours", "00:60:00.000 --> 01:00:00.000", None),
+    timing("minutes-60-with-hours-end", "00:00:00.000 --> 00:60:00.000", None),
+    timing("minutes-60-with-hours-start", "00:60:00.000 --> 02:00:00.000", None),
+    timing("minutes-99-with-hours-end", "01:00:00.000 --> 01:99:00.000", None),
+    timing("minutes-and-seconds-59", "00:59:59.999 --> 01:59:59.999", (3_599_999, 7_199_999)),
+    timing("seconds-59", "59:58.000 --> 59:59.999", (3_598_000, 3_599_999)),
     timing("first-field-over-59-means-hours", "60:00.000 --> 61:00.000", None),
     timing("three-digit-minutes", "000:01.000 --> 000:02.000", None),
     timing("letters-in-timestamp", "00:0x.000 --> 00:02.000", None),
@@ -289,6 +300,52 @@ class TestParser:
     def test_timings(self, line: str, expected: tuple[int, int, str]) -> None:
         """Timings and the settings text after them."""
         assert parse_timings(line) == expected
+
+    @pytest.mark.parametrize(
+        "stamp",
+        [
+            "00:60:00.000",
+            "01:60:00.000",
+            "00:99:00.000",
+            "00:00:60.000",
+            "00:00:99.000",
+            "00:60.000",
+            "00:99.000",
+        ],
+    )
+    def test_minutes_and_seconds_above_59(self, stamp: str) -> None:
+        """Minutes and seconds are 00-59, with hours or without ("Collect a WebVTT timestamp")."""
+        assert parse_timestamp(stamp, 0) is None
+
+    @pytest.mark.parametrize(
+        ("stamp", "millis"),
+        [("00:59:59.999", 3_599_999), ("59:59.999", 3_599_999), ("60:00:00.000", 216_000_000)],
+    )
+    def test_59_is_the_last_minute_and_second(self, stamp: str, millis: int) -> None:
+        """59 minutes and 59 seconds are read; a first field of 60 or more is hours."""
+        assert parse_timestamp(stamp, 0) == (millis, len(stamp))
+
+    def test_timings_60_file(self) -> None:
+        """A file of cues each with one field at 60: only the cues with 60 hours are kept."""
+        body = "WEBVTT\n\n" + "".join(
+            f"{line}\ncue {n}\n\n"
+            for n, line in enumerate(
+                [
+                    "00:00:60.000 --> 00:00:01.000",
+                    "00:60:00.000 --> 00:00:01.000",
+                    "00:00:00.000 --> 00:00:60.000",
+                    "00:00:00.000 --> 00:60:00.000",
+                    "00:00:00.000 --> 60:00:01.000",
+                    "60:00:00.000 --> 60:00:01.000",
+                ]
+            )
+        )
+        parsed = parse_captions(body, "webvtt")
+        assert [(s.start_ms, s.end_ms, s.text) for s in parsed.segments] == [
+            (0, 216_001_000, "cue 4"),
+            (216_000_000, 216_001_000, "cue 5"),
+        ]
+        assert parsed.invalid_cues == 4
 
     def test_timestamp_position(self) -> None:
         """A timestamp is read from a position and returns where it ended."""
