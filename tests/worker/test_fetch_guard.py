@@ -260,7 +260,6 @@ UNSAFE_URLS = [
     "https://",
     "https://user@example.org/",
     "https://user:pw@example.org/",
-    "https://@example.org/",
     "https://example.org:8443/",
     "https://example.org:80/",
     "https://example.org:0/",
@@ -272,7 +271,14 @@ UNSAFE_URLS = [
     "https://example.org/\n",
     "https://exa\tmple.org/",
     "https://example.org\\@evil.org/",
-    "https://%65xample.org/",
+    # Other spellings of a private address (percent-encoded, fullwidth, ideographic dots, an
+    # empty userinfo, hex parts) are still that address.
+    "https://%31%32%37.0.0.1/",
+    "https://:@127.0.0.1/",
+    "https://１２７.０.０.１/",
+    "https://127。0。0。1/",
+    "https://[0:0:0:0:0:ffff:127.0.0.1]/",
+    "https://0x7f.0x0.0x0.0x1/",
     "https://127.0.0.1/",
     "https://127.0.0.2/",
     "https://2130706433/",
@@ -304,6 +310,11 @@ UNSAFE_URLS = [
     "https://[::1/",
     "https://[::1]x/",
     "https://a:b:c/",
+    "https://::1/",
+    "https://93.184.215.14:443:22/",
+    "https://93.184.215.14:99999/",
+    "https://127.0.0.1:+443/",
+    "https://93.184.215.14:443abc/",
 ]
 
 
@@ -338,6 +349,38 @@ class TestCheckUrl:
         target = guard_url(url, PORTS)
         assert isinstance(target, ParsedTarget), target
         assert (target.url, target.host, target.port) == (normalised, host, 443)
+
+    @pytest.mark.parametrize(
+        ("url", "reason"),
+        [
+            ("https://", "URL does not parse: no host"),
+            ("https:///", "URL does not parse: no host"),
+            ("https://::1/", "URL does not parse: IPv6 address not in brackets: '::1'"),
+            ("https://93.184.215.14:443:22/", "URL does not parse: invalid port: '443:22'"),
+            (
+                "https://93.184.215.14:99999/",
+                "URL does not parse: invalid port: 99999 (above 65535)",
+            ),
+            ("https://127.0.0.1:+443/", "URL does not parse: invalid port: '+443'"),
+            ("https://93.184.215.14:443abc/", "URL does not parse: invalid port: '443abc'"),
+            ("https://example.org:0/", "port not allowed: 0"),
+        ],
+    )
+    def test_refusal_names_the_fault(self, url: str, reason: str) -> None:
+        """A URL that does not parse says why: `https://` has no host (not a port problem)."""
+        assert guard_url(url, PORTS) == Verdict(False, reason)
+
+    @pytest.mark.parametrize("url", ["https://@example.org/", "https://%65xample.org/"])
+    def test_read_as_the_standard_reads_them(self, url: str) -> None:
+        """Once refused by the hand-written splitter, now read as browsers read them.
+
+        The WHATWG URL Standard drops an empty userinfo and decodes a percent-encoded host
+        before mapping it, so both are `https://example.org/`: that is the URL requested (no
+        credentials are sent), and a private address spelled so is still refused (above).
+        """
+        target = guard_url(url, PORTS)
+        assert isinstance(target, ParsedTarget), target
+        assert (target.url, target.host, target.ip) == ("https://example.org/", "example.org", None)
 
     def test_allowed_port(self) -> None:
         """A port passes only when it is listed."""

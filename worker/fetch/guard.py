@@ -3,9 +3,10 @@
 Why this module exists: the service fetches URLs chosen by its callers, so every URL is an
 attempt to make our workers reach something (SSRF). Every decision lives here as a pure
 function (no sockets, no DNS) so it can be tested exhaustively, and the network layer
-(`worker.fetch.egress`) calls the same functions for the addresses it actually dials. Host
-literals are parsed the way the C resolver (inet_aton / getaddrinfo) parses them, so
-`2130706433`, `0177.0.0.1`, `0x7f.1` and `127.1` are all recognised as 127.0.0.1.
+(`worker.fetch.egress`) calls the same functions for the addresses it actually dials. URLs are
+split by the WHATWG URL Standard (`worker.urls`), which reads `2130706433`, `0177.0.0.1`,
+`0x7f.1` and `127.1` as 127.0.0.1; a host the egress layer is handed is read the way the C
+resolver (inet_aton / getaddrinfo) reads it, which agrees on those.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
-from urllib.parse import urlsplit, urlunsplit
 
 import idna
+
+from worker import urls
 
 IPAddress = IPv4Address | IPv6Address
 Network = IPv4Network | IPv6Network
@@ -182,63 +184,51 @@ def normalise_host_name(host: str) -> str | Verdict:
     return ascii_name
 
 
-def _split_authority(netloc: str) -> tuple[str, str] | Verdict:
-    """Split `host[:port]` (bracketed IPv6 allowed) into host and port text."""
-    if netloc.startswith("["):
-        end = netloc.find("]")
-        if end < 0:
-            return Verdict(False, "unterminated IPv6 literal")
-        host, rest = netloc[: end + 1], netloc[end + 1 :]
-        if rest and not rest.startswith(":"):
-            return Verdict(False, "garbage after IPv6 literal")
-        return host, rest[1:]
-    if netloc.count(":") > 1:
-        return Verdict(False, "unbracketed colon in host")
-    host, _, port = netloc.partition(":")
-    return host, port
-
-
 def check_url(url: str, allowed_ports: list[int] | frozenset[int]) -> ParsedTarget | Verdict:
-    """Static checks of a URL (scheme, userinfo, port, host form); addresses come later."""
+    """Static checks of a URL (scheme, userinfo, port, host form); addresses come later.
+
+    The URL is split by `worker.urls.parse` (the WHATWG URL Standard, as browsers and the API's
+    door read it), so the host checked here is the one every other step sees: IDNA-mapped, and
+    any IPv4 notation (`0x7f.1`, `2130706433`, fullwidth digits) already the address it names.
+    """
     if not isinstance(url, str) or len(url) > MAX_URL_CHARS:
         return Verdict(False, "URL missing or too long")
+    # The standard would silently drop these; a URL that needs them dropped is refused.
     if _CONTROL.search(url):
         return Verdict(False, "URL contains whitespace, control characters or backslashes")
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return Verdict(False, "URL does not parse")
-    if parts.scheme.lower() != "https":
-        return Verdict(False, f"scheme not allowed: {parts.scheme or '(none)'!r}")
-    if "@" in parts.netloc:
+    parsed = urls.parse(url)
+    if isinstance(parsed, urls.UrlRefusal):
+        return Verdict(False, f"URL does not parse: {parsed.reason}")
+    if parsed.scheme != "https":
+        return Verdict(False, f"scheme not allowed: {parsed.scheme!r}")
+    if parsed.has_credentials:
         return Verdict(False, "userinfo in URL is not allowed")
-    split = _split_authority(parts.netloc)
-    if isinstance(split, Verdict):
-        return split
-    raw_host, port_text = split
-    if port_text and not port_text.isdigit() or not port_text.isascii():
-        return Verdict(False, f"invalid port: {port_text!r}")
-    port = int(port_text) if port_text else 443
+    port = 443 if parsed.port is None else parsed.port
     if port not in allowed_ports:
         return Verdict(False, f"port not allowed: {port}")
-    if not raw_host or "%" in raw_host and not raw_host.startswith("["):
-        return Verdict(False, "host missing or percent-encoded")
-    literal = parse_host_literal(raw_host)
-    if isinstance(literal, Verdict):
-        return literal
-    if literal is not None:
-        host = str(literal)
-        authority_host = f"[{host}]" if literal.version == 6 else host
+    literal: IPAddress | None = None
+    if parsed.host_kind is urls.HostKind.IPV4:
+        literal = IPv4Address(parsed.host)
+        host = authority_host = str(literal)
+    elif parsed.host_kind is urls.HostKind.IPV6:
+        if "%" in parsed.host:  # the standard has no zones; refused should one ever appear
+            return Verdict(False, "IPv6 zone identifiers are not allowed")
+        literal = IPv6Address(parsed.host)
+        host, authority_host = str(literal), f"[{literal}]"
     else:
-        name = normalise_host_name(raw_host)
+        name = normalise_host_name(parsed.host)
         if isinstance(name, Verdict):
             return name
         host = authority_host = name
     netloc = authority_host if port == 443 else f"{authority_host}:{port}"
-    path = parts.path or "/"
-    normalised = urlunsplit(("https", netloc, path, parts.query, ""))
-    path_query = f"{path}?{parts.query}" if parts.query else path
-    return ParsedTarget(url=normalised, host=host, port=port, path=path_query, ip=literal)
+    query = f"?{parsed.query}" if parsed.query else ""
+    return ParsedTarget(
+        url=f"https://{netloc}{parsed.path}{query}",
+        host=host,
+        port=port,
+        path=f"{parsed.path}{query}",
+        ip=literal,
+    )
 
 
 def check_address(

@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
-from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from worker import urls
 from worker.content.results import Result
 from worker.store import db
 from worker.store.models import MAX_STORED_REVISION, Evidence, EvidenceRevision
@@ -28,19 +28,20 @@ if TYPE_CHECKING:
 
 EVIDENCE: sa.Table = Evidence.__table__  # type: ignore[attr-defined]
 REVISION: sa.Table = EvidenceRevision.__table__  # type: ignore[attr-defined]
-DEFAULT_PORTS = {"https": 443, "http": 80}
 
 
 def normalise_url(url: str) -> str:
-    """Canonical form for identity: lower-case scheme and host, no default port or fragment."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower()
-    if ":" in host:
-        host = f"[{host}]"
-    port = parts.port
-    netloc = host if port in (None, DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
-    return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
+    """Canonical form for identity: the WHATWG serialisation without the fragment (scheme and
+    host lower case, the host IDNA-mapped or the address it names, no default port).
+
+    Never raises: a row stored before the API refused malformed URLs may hold text the standard
+    does not read; such text is its own key (no serialisation equals it, since every
+    serialisation parses).
+    """
+    parsed = urls.parse(url)
+    if isinstance(parsed, urls.UrlRefusal):
+        return url
+    return parsed.without_fragment
 
 
 def fingerprint(result: Result) -> str:
