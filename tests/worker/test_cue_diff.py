@@ -168,6 +168,86 @@ class TestMatching:
         assert check(old, new)["offset_ms"] == -1_000
 
 
+#: The documented tolerance (docs/evidence-diff.md), written out so that changing the constant
+#: fails here too; and the first distance past it.
+AT_TOLERANCE = 50
+PAST_TOLERANCE = 51
+#: (start moved, end moved, within the tolerance): each edge of it, for start and end apart.
+EDGES = [
+    (AT_TOLERANCE, 0, True),
+    (-AT_TOLERANCE, 0, True),
+    (0, AT_TOLERANCE, True),
+    (0, -AT_TOLERANCE, True),
+    (AT_TOLERANCE, -AT_TOLERANCE, True),
+    (PAST_TOLERANCE, 0, False),
+    (-PAST_TOLERANCE, 0, False),
+    (0, PAST_TOLERANCE, False),
+    (0, -PAST_TOLERANCE, False),
+]
+EDGE_IDS = [f"start{s:+d}-end{e:+d}" for s, e, _ in EDGES]
+
+
+class TestTimingTolerance:
+    """Timing that differs by at most 50 ms counts as the same, start and end alike; 51 ms
+    does not. Each pass that uses the tolerance is pinned on both sides of it."""
+
+    def test_the_constant(self) -> None:
+        assert cue_diff.TIMING_TOLERANCE_MS == AT_TOLERANCE
+
+    @pytest.mark.parametrize(("start", "end", "inside"), EDGES, ids=EDGE_IDS)
+    def test_changed_same_timing(self, start: int, end: int, inside: bool) -> None:
+        """Reworded at nearly the same timing: one changed cue within the tolerance, a cue
+        removed and another added past it (other words, so no other pass pairs them)."""
+        old = [cue(10_000, 12_000, "The bridge opens at noon.")]
+        new = [cue(10_000 + start, 12_000 + end, "The bridge closes at noon.")]
+        found = check(old, new)
+        if inside:
+            assert counts(found) == (0, 0, 0, 1, 0, 0)
+            assert found["entries"] == [{"change": "changed", "from": old[0], "to": new[0]}]
+        else:
+            assert counts(found) == (0, 0, 0, 0, 1, 1)
+
+    @pytest.mark.parametrize(("start", "end", "inside"), EDGES, ids=EDGE_IDS)
+    def test_changed_same_timing_after_the_offset(self, start: int, end: int, inside: bool) -> None:
+        """The same after a dominant offset: a reworded cue at the shifted timing (± 50)."""
+        old = track(6)
+        new = moved(old, 3_000)
+        new[2] = cue(new[2]["start_ms"] + start, new[2]["end_ms"] + end, "Reworded entirely.")
+        found = check(old, new)
+        if inside:
+            assert counts(found) == (3_000, 0, 5, 1, 0, 0)
+        else:
+            assert counts(found) == (3_000, 0, 5, 0, 1, 1)
+
+    @pytest.mark.parametrize(("start", "end", "inside"), EDGES, ids=EDGE_IDS)
+    def test_shifted(self, start: int, end: int, inside: bool) -> None:
+        """A cue moved by the offset ± 50 ms (start or end) is shifted; at 51 ms it is a
+        re-timed cue, changed and listed."""
+        old = track(6)
+        new = moved(old, 1_000)
+        new[3] = cue(new[3]["start_ms"] + start, new[3]["end_ms"] + end, old[3]["text"])
+        found = check(old, new)
+        if inside:
+            assert counts(found) == (1_000, 0, 6, 0, 0, 0) and found["entries"] == []
+        else:
+            assert counts(found) == (1_000, 0, 5, 1, 0, 0)
+            assert found["entries"] == [{"change": "changed", "from": old[3], "to": new[3]}]
+
+    @pytest.mark.parametrize(
+        ("stretch", "inside"), [(50, True), (-50, True), (51, False), (-51, False)]
+    )
+    def test_offset_votes(self, stretch: int, inside: bool) -> None:
+        """Only pairs whose end moved with their start (± 50 ms) vote for an offset: every
+        cue moved by 2 s and stretched by 50 ms is a shift; by 51 ms, each is re-timed."""
+        old = track(6)
+        new = [cue(c["start_ms"] + 2_000, c["end_ms"] + 2_000 + stretch, c["text"]) for c in old]
+        found = check(old, new)
+        if inside:
+            assert counts(found) == (2_000, 0, 6, 0, 0, 0)
+        else:
+            assert counts(found) == (0, 0, 0, 6, 0, 0)
+
+
 class TestBounds:
     """Inputs and listed entries are bounded, and say so."""
 
