@@ -9,6 +9,7 @@ declared oversize and answers in plain text; clients of this service branch on t
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 from starlette.datastructures import Headers
@@ -17,6 +18,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import envelope
+from api.header_values import decimal
 from worker.settings import get_settings
 
 
@@ -34,9 +36,7 @@ class BodyTooLarge(HTTPException):
 def declared_length(scope: Scope) -> int | None:
     """The request's Content-Length, or None when absent or not a number."""
     value = Headers(scope=scope).get("content-length")
-    if value is None or not value.strip().isdigit():
-        return None
-    return int(value)
+    return None if value is None else decimal(value.strip(), sys.maxsize)
 
 
 def too_large(limit: int) -> JSONResponse:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from api.errors import ApiError, invalid_input
+from api.header_values import decimal
 
 FIELD = "Cache-Control"
 #: Windows longer than this are this long (an INTEGER column holds it; 68 years is forever).
@@ -31,9 +32,10 @@ def parse_max_age(values: Iterable[str] | None) -> int | None:
             digits = argument.strip()
             if len(digits) >= 2 and digits[0] == digits[-1] == '"':
                 digits = digits[1:-1]
-            if not digits.isascii() or not digits.isdigit():
+            seconds = decimal(digits, MAX_AGE_CAP_SECONDS)
+            if seconds is None:
                 raise _invalid("Cache-Control max-age must be a number of seconds (0 or more)")
             if found is not None:
                 raise _invalid("Cache-Control gives max-age more than once")
-            found = min(int(digits), MAX_AGE_CAP_SECONDS)
+            found = seconds
     return found

@@ -25,6 +25,7 @@ import redis.asyncio
 import structlog
 from starlette.concurrency import run_in_threadpool
 
+from api.header_values import decimal
 from worker.jobs import notify
 from worker.settings import get_settings
 
@@ -173,8 +174,6 @@ def parse_prefer_wait(values: Iterable[str]) -> int | None:
             token, _, rest = preference.strip().partition("=")
             if token.strip().lower() != "wait":
                 continue
-            text = rest.split(";", 1)[0].strip().strip('"')
-            if not text.isdigit():
-                return None
-            return min(int(text), MAX_WAIT_SECONDS)
+            # ASCII digits only, never an unbounded int(): `wait=²` and 5 000 digits were 500s.
+            return decimal(rest.split(";", 1)[0].strip().strip('"'), MAX_WAIT_SECONDS)
     return None
