@@ -7,6 +7,7 @@ import dataclasses
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -18,9 +19,10 @@ from worker import clock
 from worker.content.chunking import split_revision
 from worker.content.results import Content, content_result
 from worker.jobs import settle_group
-from worker.store import at_commit, db, retrievals, settles
+from worker.store import at_commit, db, retrievals, settles, webhooks
 from worker.store.models import Evidence, EvidenceRevision, Retrieval
 from worker.store.read_models import EvidenceChunk, EvidenceReport
+from worker.webhooks import signing
 
 pytestmark = pytest.mark.lifecycle
 
@@ -252,3 +254,91 @@ class TestSettleGroup:
         )
         assert settle_group.group().submit(job) is False
         assert _row(claim.retrieval_id) == ("expired", None, None)
+
+
+@pytest.fixture
+def endpoint() -> Iterator[tuple[uuid.UUID, uuid.UUID]]:
+    """A workspace with an endpoint subscribed to settles: (workspace, endpoint id). Its URL
+    is never reachable (a worker that takes a delivery fails it), and it goes with the test."""
+    workspace = uuid.uuid4()
+    row = db.with_transient_retry(
+        lambda s: webhooks.insert_endpoint(
+            s,
+            workspace,
+            "https://hooks.invalid/settled",
+            [webhooks.RETRIEVAL_SETTLED],
+            None,
+            signing.new_secret(),
+            clock.now(),
+        )
+    )
+    yield workspace, row.id
+    db.with_transient_retry(lambda s: webhooks.delete_endpoint(s, row.id))
+
+
+def _deliveries(endpoint_id: uuid.UUID) -> list[uuid.UUID]:
+    """The retrievals the endpoint has a delivery row for (one per row, sorted), as committed
+    (read in a transaction of its own)."""
+    stmt = sa.select(webhooks.DELIVERY.c.retrieval_id).where(
+        webhooks.DELIVERY.c.endpoint_id == endpoint_id
+    )
+    return sorted(_scalars(stmt))
+
+
+def _settle_alone_in(session: Session, job: settles.SettleJob) -> None:
+    retrievals.settle(session, job.claim, job.result, job.now)
+
+
+def _settle_group_in(session: Session, job: settles.SettleJob) -> None:
+    assert settles.settle_many(session, [job]) == [True]
+
+
+SETTLES: dict[str, Callable[[Session, settles.SettleJob], None]] = {
+    "grouped": _settle_group_in,
+    "alone": _settle_alone_in,
+}
+
+
+class TestDeliveries:
+    """A settle's webhook delivery is written in the settle's own transaction, grouped or not."""
+
+    def test_a_group_records_a_delivery_for_each_settle_it_wins(
+        self, endpoint: tuple[uuid.UUID, uuid.UUID]
+    ) -> None:
+        """Three claims and a zombie of one in a group: a delivery for each of the three, and
+        none twice; through the settle group too."""
+        workspace, endpoint_id = endpoint
+        claims = [_claimed(workspace, f"https://example.org/hooked/{n}") for n in range(3)]
+        zombie = dataclasses.replace(claims[2], attempt=claims[2].attempt - 1)
+        jobs = [_job(c, f"Hooked {n}.") for n, c in enumerate([claims[0], zombie, *claims[1:]])]
+        assert _settle_many(jobs) == [True, False, True, True]
+        assert _deliveries(endpoint_id) == sorted(c.retrieval_id for c in claims)
+        grouped = [_claimed(workspace, f"https://example.org/hooked/g{n}") for n in range(2)]
+        assert settle_group.write([_job(c, "Grouped.") for c in grouped]) == [True, True]
+        assert _deliveries(endpoint_id) == sorted(c.retrieval_id for c in [*claims, *grouped])
+
+    @pytest.mark.parametrize("how", list(SETTLES))
+    def test_the_delivery_exists_exactly_when_the_settle_commits(
+        self, endpoint: tuple[uuid.UUID, uuid.UUID], how: str
+    ) -> None:
+        """Inside the settle's transaction the delivery is not committed before the outcome is
+        (another connection sees neither); a transaction that fails after the settle leaves
+        neither behind; once it commits, both are there, the delivery once."""
+        workspace, endpoint_id = endpoint
+        claim = _claimed(workspace, f"https://example.org/atomic/{how}")
+        job = _job(claim, "Atomic.")
+        seen_inside: list[list[uuid.UUID]] = []
+
+        def fail(session: Any) -> None:
+            SETTLES[how](session, job)
+            seen_inside.append(_deliveries(endpoint_id))
+            raise RuntimeError("after the settle, before the commit")
+
+        with pytest.raises(RuntimeError):
+            db.with_transient_retry(fail)
+        assert seen_inside == [[]]
+        assert _row(claim.retrieval_id) == ("running", None, None)
+        assert _deliveries(endpoint_id) == []
+        db.with_transient_retry(lambda s: SETTLES[how](s, job))
+        assert _row(claim.retrieval_id)[0] == "completed"
+        assert _deliveries(endpoint_id) == [claim.retrieval_id]
