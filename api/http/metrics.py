@@ -44,7 +44,7 @@ from api.http.webhook_metrics import WebhookCollector
 from worker import clock
 from worker.fetch import fleet_metrics as fetch_metrics
 from worker.fetch import freshness_metrics
-from worker.jobs import outbox
+from worker.jobs import confine, outbox
 from worker.jobs.celery_app import LANE_QUEUES
 from worker.states import RetrievalState as S
 from worker.store import db, retrievals
@@ -137,6 +137,9 @@ class StateCollector(Collector):
         freshness = freshness_metrics.read()
         if freshness is not None:
             yield _freshness_family(freshness)
+        confined = confine.read()
+        if confined is not None:
+            yield _confined_family(confined)
         yield up
 
 
@@ -269,6 +272,18 @@ def _freshness_family(counts: dict[tuple[str, str], int]) -> Metric:
     )
     for (outcome, kind), count in sorted(counts.items()):
         family.add_metric([outcome, kind], float(count))
+    return family
+
+
+def _confined_family(counts: dict[tuple[str, str], int]) -> Metric:
+    family = CounterMetricFamily(
+        "evidence_confined_failures",
+        "Failures about one item confined to it while the rest of its group went on "
+        "(`worker.jobs.confine`), by path and what became of the item.",
+        labels=["path", "outcome"],
+    )
+    for (path, outcome), count in sorted(counts.items()):
+        family.add_metric([path, outcome], float(count))
     return family
 
 

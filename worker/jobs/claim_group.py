@@ -14,30 +14,67 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
+import structlog
 from sqlalchemy.orm import Session
 
 from worker import clock
-from worker.jobs import freshness
+from worker.jobs import confine, freshness
 from worker.jobs.grouped import Grouped, one_per_process
 from worker.settings import get_settings
 from worker.store import db, retrievals
+
+log = structlog.get_logger(__name__)
 
 #: Claims taken in one transaction at most.
 MAX_GROUP = 32
 
 Claimed = tuple[retrievals.Claim, freshness.Found] | None
+LookUps = Callable[[Session, Sequence[retrievals.Claim]], list[freshness.Found]]
 
 
 def take(requests: Sequence[None]) -> list[Claimed | BaseException]:
-    """Claim one batch retrieval per request, in one transaction (None for those left over)."""
+    """Claim one batch retrieval per request, in one transaction (None for those left over).
+
+    Should the group's look-up fail for any reason but the database itself (one claimed row's
+    stored URL or source this version cannot read), the transaction is rolled back, claiming
+    nothing, and the group is claimed again with each look-up on its own (`look_up_each`): the
+    failing claim then finds nothing, and is still claimed, so its attempts count as any
+    other's and it cannot hold its lane back.
+    """
     lease = timedelta(seconds=get_settings().lease_seconds)
 
-    def work(session: Session) -> list[tuple[retrievals.Claim, freshness.Found]]:
-        claims = retrievals.claim_next_batches(session, clock.now(), lease, len(requests))
-        return list(zip(claims, freshness.look_up_many(session, claims), strict=True))
+    def claiming(look_ups: LookUps) -> Callable[[Session], list[Claimed]]:
+        def work(session: Session) -> list[Claimed]:
+            claims = retrievals.claim_next_batches(session, clock.now(), lease, len(requests))
+            return list(zip(claims, look_ups(session, claims), strict=True))
 
-    claimed: list[Claimed | BaseException] = list(db.with_transient_retry(work))
-    return claimed + [None] * (len(requests) - len(claimed))
+        return work
+
+    try:
+        claimed = db.with_transient_retry(claiming(freshness.look_up_many))
+    except Exception as exc:
+        if confine.group_wide(exc):
+            raise
+        log.warning("claim_group_look_up_failed", size=len(requests), error=type(exc).__name__)
+        claimed = db.with_transient_retry(claiming(look_up_each))
+    answers: list[Claimed | BaseException] = list(claimed)
+    return answers + [None] * (len(requests) - len(answers))
+
+
+def look_up_each(session: Session, claims: Sequence[retrievals.Claim]) -> list[freshness.Found]:
+    """Each claim's look-up on its own, in a savepoint: one that fails finds nothing (a full
+    retrieval), and leaves the transaction as it was for the others."""
+    found: list[freshness.Found] = []
+    for claim in claims:
+        try:
+            with session.begin_nested():
+                found.append(freshness.look_up(session, claim))
+        except Exception as exc:
+            if confine.group_wide(exc):
+                raise
+            confine.record("claim", "nothing_found", exc, retrieval_id=str(claim.retrieval_id))
+            found.append((None, None))
+    return found
 
 
 #: The process's claim group.

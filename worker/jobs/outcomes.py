@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 #: What this delivery did: settled the retrieval, lost its claim (a cancel, expiry or newer
 #: attempt came first: nothing it produced was recorded), or found nothing to claim (a duplicate
-#: or late delivery of a retrieval that is running elsewhere or already settled).
-Delivery = Literal["settled", "fenced", "skipped"]
+#: or late delivery of a retrieval that is running elsewhere or already settled), or failed (its
+#: run raised: the claim was given back, `runner.give_back`).
+Delivery = Literal["settled", "fenced", "skipped", "failed"]
 
 
 def task_outcome(

@@ -15,11 +15,13 @@ from sqlalchemy.orm import Session
 
 from worker import clock, ranked_gate
 from worker.content.results import failure_result
+from worker.fetch.conditional import RecordingFetcher
 from worker.fetch.egress import deadline_scope
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
 from worker.jobs import (
     claim_group,
+    confine,
     extract_pool,
     freshness,
     notify,
@@ -141,9 +143,7 @@ def run_retrieval(retrieval_id: uuid.UUID) -> dict[str, Any]:
     """Process one delivery of an interactive retrieval; what happened (`worker.jobs.outcomes`)."""
     settings = get_settings()
     lease = timedelta(seconds=settings.lease_seconds)
-    claimed = db.with_transient_retry(
-        _looking_up(lambda s: retrievals.claim(s, retrieval_id, clock.now(), lease))
-    )
+    claimed = _claim_looking_up(lambda s: retrievals.claim(s, retrieval_id, clock.now(), lease))
     if claimed is None:
         log.info("claim_skipped")
         # The claim may have expired a row past valid_until: announce it (were it still running
@@ -180,7 +180,14 @@ def _run_with_follow_ons() -> dict[str, Any] | None:
         return None
     then: list[dict[str, Any]] = []
     while len(then) < spare_tokens.MAX_FOLLOW_ONS and spare_tokens.take():
-        outcome = _run_next_batch()
+        try:
+            outcome = _run_next_batch()
+        except Exception as exc:  # noqa: BLE001  (the next token's claim is another's)
+            # A retrieval's own failure is confined in `run_claim`: this is its claim's, and
+            # the row it stood for stays pending, published again by the sweep.
+            confine.record("follow_on", "left", exc)
+            then.append({"delivery": "failed", "error": type(exc).__name__})
+            continue
         if outcome is None:  # the lane is empty: the token was a spare one
             break
         then.append(outcome)
@@ -193,8 +200,8 @@ def _run_next_batch() -> dict[str, Any] | None:
             claimed = claim_group.get().submit(None)
         else:
             lease = timedelta(seconds=get_settings().lease_seconds)
-            claimed = db.with_transient_retry(
-                _looking_up(lambda s: retrievals.claim_next_batch(s, clock.now(), lease))
+            claimed = _claim_looking_up(
+                lambda s: retrievals.claim_next_batch(s, clock.now(), lease)
             )
     if claimed is None:
         log.info("claim_skipped", lane="batch")
@@ -203,14 +210,31 @@ def _run_next_batch() -> dict[str, Any] | None:
     return run_claim(*claimed)
 
 
+def _claim_looking_up(
+    claiming: Callable[[Session], retrievals.Claim | None],
+) -> tuple[retrievals.Claim, freshness.Found] | None:
+    """The claim, and in the same transaction what its request led to last (`freshness`).
+
+    Should the look-up fail for any reason but the database itself, the transaction rolled
+    back has claimed nothing: the row is claimed again without a look-up (nothing found, a
+    full retrieval), so its attempts count and it cannot come back for ever unclaimed.
+    """
+    try:
+        return db.with_transient_retry(_looking_up(claiming, freshness.look_up))
+    except Exception as exc:
+        if confine.group_wide(exc):
+            raise
+        confine.record("claim", "nothing_found", exc)
+        return db.with_transient_retry(_looking_up(claiming, lambda _s, _c: (None, None)))
+
+
 def _looking_up(
     claiming: Callable[[Session], retrievals.Claim | None],
+    look_up: Callable[[Session, retrievals.Claim], freshness.Found],
 ) -> Callable[[Session], tuple[retrievals.Claim, freshness.Found] | None]:
-    """The claim, and in the same transaction what its request led to last (`freshness`)."""
-
     def work(session: Session) -> tuple[retrievals.Claim, freshness.Found] | None:
         claim = claiming(session)
-        return None if claim is None else (claim, freshness.look_up(session, claim))
+        return None if claim is None else (claim, look_up(session, claim))
 
     return work
 
@@ -220,16 +244,60 @@ def run_claim(claim: retrievals.Claim, found: freshness.Found) -> dict[str, Any]
 
     What it queues for in this process (a host's fetch slot, an extraction process, a database
     connection) an interactive retrieval gets before the batch lane's work.
+
+    An exception about this retrieval (raised anywhere from the look-up's use to its settle)
+    is its own: its claim is given back (`give_back`), and the thread goes on.
     """
     with ranked(ranked_gate.BATCH if claim.lane == "batch" else ranked_gate.INTERACTIVE):
-        return _run_claim(claim, found)
+        try:
+            return _run_claim(claim, found)
+        except Exception as exc:  # noqa: BLE001  (confined to this retrieval, logged there)
+            return give_back(claim, exc)
+
+
+def give_back(claim: retrievals.Claim, exc: BaseException) -> dict[str, Any]:
+    """A claim whose run raised: back to pending now, or `unconfirmed` after its last attempt,
+    so a retrieval that fails the same way every time settles after `max_attempts` and never
+    loops. Never raises: if the database cannot be written now, the lease and the sweep do
+    the same later."""
+    log.error("run_failed", attempt=claim.attempt, error=type(exc).__name__, exc_info=exc)
+    max_attempts = get_settings().max_attempts
+    try:
+        state = db.with_transient_retry(
+            lambda s: retrievals.give_back(s, claim, clock.now(), max_attempts)
+        )
+    except Exception as write_error:  # noqa: BLE001
+        log.warning("give_back_failed", error=type(write_error).__name__)
+        state = None
+    outcome = {S.PENDING.value: "repended", S.UNCONFIRMED.value: "unconfirmed"}.get(state or "")
+    confine.record("run", outcome or "left", exc, retrieval_id=str(claim.retrieval_id))
+    if state == S.UNCONFIRMED.value:
+        notify.settled([claim.retrieval_id])
+    return task_outcome(claim.retrieval_id, "failed", state, None, claim.attempt)
 
 
 def _run_claim(claim: retrievals.Claim, found: freshness.Found) -> dict[str, Any]:
     structlog.contextvars.bind_contextvars(workspace_id=str(claim.workspace_id))
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
+    if not confine.url_usable(claim.url):
+        # Stored before URLs were checked at the door: no step could fetch or store it.
+        confine.record("run", "unsafe_url", retrieval_id=str(claim.retrieval_id))
+        plan = freshness.Plan(RecordingFetcher(get_fetcher()))
+        return _settled_output(claim, plan, _unsafe(claim))
     plan = freshness.prepare(claim, found, get_fetcher(), MeteredFetcher(get_fetcher()))
-    output = plan.output or produce_output(claim, plan.fetcher)
+    return _settled_output(claim, plan, plan.output or produce_output(claim, plan.fetcher))
+
+
+def _unsafe(claim: retrievals.Claim) -> PipelineOutput:
+    from worker.content.pipeline import PipelineOutput
+
+    return PipelineOutput(failure_result(claim.kind, Reason.UNSAFE_URL, clock.now()))  # type: ignore[arg-type]
+
+
+def _settled_output(
+    claim: retrievals.Claim, plan: freshness.Plan, output: PipelineOutput
+) -> dict[str, Any]:
+    """Settle `output` (fenced by the claim) and announce it."""
     result = output.result
     now = clock.now()
     remember = freshness.remember(claim, plan, result, now)

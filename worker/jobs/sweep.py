@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import structlog
+from sqlalchemy.orm import Session
 
 from worker import clock
-from worker.jobs import notify, outbox
+from worker.jobs import confine, notify, outbox
 from worker.jobs.celery_app import LANE_QUEUES
 from worker.settings import get_settings
 from worker.store import db, retrievals
@@ -25,6 +26,8 @@ log = structlog.get_logger(__name__)
 
 #: Most rows one sweep publishes; the next sweep takes the rest.
 PUBLISH_BATCH = 500
+#: Most rows one sweep expires or rescues one at a time, after its statements failed.
+ROW_BY_ROW_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -50,19 +53,56 @@ def publish_limit(stale: int, queued: int | None) -> int:
 
 
 def run_sweep(now: datetime | None = None) -> SweepReport:
-    """One pass of the sweep (each step in its own short transaction)."""
+    """One pass of the sweep (each step in its own short transaction).
+
+    Expiry and rescue are one statement each over every row; should one fail for any reason
+    but the database itself (a row this version cannot read, say), both are done again one row
+    at a time, so one row's failure is its own (`confine`) and the others are swept.
+    """
     settings = get_settings()
     now = now or clock.now()
-    expired = db.with_transient_retry(lambda s: retrievals.expire_due(s, now))
-    repended, unconfirmed = db.with_transient_retry(
-        lambda s: retrievals.rescue_lost(s, now, settings.max_attempts)
-    )
+    expired: list[uuid.UUID] = []
+    try:
+        expired = db.with_transient_retry(lambda s: retrievals.expire_due(s, now))
+        repended, unconfirmed = db.with_transient_retry(
+            lambda s: retrievals.rescue_lost(s, now, settings.max_attempts)
+        )
+    except Exception as exc:
+        if confine.group_wide(exc):
+            raise
+        log.warning("sweep_group_failed", error=type(exc).__name__)
+        more, repended, unconfirmed = _row_by_row(now, settings.max_attempts)
+        expired = [*expired, *more]
     notify.settled([*expired, *unconfirmed])
     published = _publish_due(now, timedelta(seconds=settings.republish_after_seconds))
     report = SweepReport(len(expired), repended, len(unconfirmed), published)
     if any((expired, repended, unconfirmed, published)):
         log.info("sweep", **report.__dict__)
     return report
+
+
+def _row_by_row(now: datetime, max_attempts: int) -> tuple[list[uuid.UUID], int, list[uuid.UUID]]:
+    """Expiry and rescue, each row in its own transaction: (expired, re-pended, unconfirmed)."""
+    due = db.with_transient_retry(lambda s: retrievals.due_for_sweep(s, now, ROW_BY_ROW_BATCH))
+    expired: list[uuid.UUID] = []
+    unconfirmed: list[uuid.UUID] = []
+    repended = 0
+
+    def sweep_one(retrieval_id: uuid.UUID) -> None:
+        nonlocal repended
+
+        def write(session: Session) -> tuple[list[uuid.UUID], int, list[uuid.UUID]]:
+            gone = retrievals.expire_due(session, now, retrieval_id)
+            back, lost = retrievals.rescue_lost(session, now, max_attempts, retrieval_id)
+            return gone, back, lost
+
+        gone, back, lost = db.with_transient_retry(write)
+        expired.extend(gone)
+        repended += back
+        unconfirmed.extend(lost)
+
+    confine.each_alone("sweep", due, sweep_one, lambda i: {"retrieval_id": str(i)})
+    return expired, repended, unconfirmed
 
 
 def plan_publish(
@@ -91,7 +131,16 @@ def _publish_due(now: datetime, republish_after: timedelta) -> int:
             return 0  # the broker is down: try again next sweep
         never = retrievals.unpublished_among(session, [retrieval_id for retrieval_id, _ in due])
         sent: list[uuid.UUID] = []
-        for lane, ids in plan_publish(due, never, queued).items():
-            sent += outbox.publish(ids, lane)
+
+        def publish(lane_ids: tuple[str, list[uuid.UUID]]) -> None:
+            sent.extend(outbox.publish(lane_ids[1], lane_ids[0]))
+
+        # One lane's failure is its own: its rows stay due, the next sweep tries them again.
+        confine.each_alone(
+            "sweep",
+            list(plan_publish(due, never, queued).items()),
+            publish,
+            lambda lane_ids: {"lane": lane_ids[0], "rows": len(lane_ids[1])},
+        )
         retrievals.mark_published(session, sent, clock.now())
         return len(sent)

@@ -22,7 +22,7 @@ import structlog
 from kombu.serialization import dumps
 
 from worker import clock
-from worker.jobs import outbox
+from worker.jobs import confine, outbox
 from worker.jobs.celery_app import (
     DELIVER_WEBHOOK_TASK,
     PUBLISH_CONNECT_TIMEOUT_SECONDS,
@@ -130,16 +130,28 @@ def run_delivery(delivery_id: uuid.UUID) -> dict[str, Any]:
     structlog.contextvars.bind_contextvars(
         delivery_id=str(delivery_id), endpoint_id=str(attempt.endpoint_id)
     )
-    row = db.with_transient_retry(lambda s: retrievals.read_row(s, attempt.retrieval_id))
-    if row is None:
-        result = SendResult(False, None, "the retrieval no longer exists", 0.0, "error")
-    else:
-        body = payload(attempt.event_type, row)
-        sent_at = clock.now()
-        headers = signing.headers(active_secrets(attempt, sent_at), str(delivery_id), sent_at, body)
-        result = get_sender().send(attempt.url, body.encode(), headers)
+    try:
+        result = _send(attempt)
+    except Exception as exc:
+        if confine.group_wide(exc):
+            raise
+        # Whatever this delivery raises, it would raise on every attempt: recorded as a failed
+        # attempt, it backs off and ends with its window like any other.
+        confine.record("webhook", "failed", exc, delivery_id=str(delivery_id))
+        result = SendResult(False, None, "the delivery could not be prepared", 0.0, "error")
     metrics.record_attempt(result.outcome, result.seconds)
     return record(attempt, result)
+
+
+def _send(attempt: store.Attempt) -> SendResult:
+    row = db.with_transient_retry(lambda s: retrievals.read_row(s, attempt.retrieval_id))
+    if row is None:
+        return SendResult(False, None, "the retrieval no longer exists", 0.0, "error")
+    body = payload(attempt.event_type, row)
+    sent_at = clock.now()
+    delivery = str(attempt.delivery_id)
+    headers = signing.headers(active_secrets(attempt, sent_at), delivery, sent_at, body)
+    return get_sender().send(attempt.url, body.encode(), headers)
 
 
 def record(attempt: store.Attempt, result: SendResult) -> dict[str, Any]:
@@ -158,9 +170,22 @@ def record(attempt: store.Attempt, result: SendResult) -> dict[str, Any]:
     )
     disable_after = timedelta(seconds=settings.webhook_disable_after)
     error = result.error or "failed"
-    failure = db.with_transient_retry(
-        lambda s: store.failed_attempt(s, attempt, result.status, error, now, delay, disable_after)
-    )
+
+    def failed(status: int | None, text: str) -> store.FailureOutcome:
+        return db.with_transient_retry(
+            lambda s: store.failed_attempt(s, attempt, status, text, now, delay, disable_after)
+        )
+
+    try:
+        failure = failed(result.status, error)
+    except Exception as exc:
+        if confine.group_wide(exc):
+            raise
+        # The error's text (a receiver's answer) is what the database refused: recorded
+        # without it, the attempt still backs off and counts toward disabling the endpoint.
+        confine.record("webhook", "failed", exc, delivery_id=str(attempt.delivery_id))
+        error = f"the attempt's error could not be recorded ({type(exc).__name__})"
+        failure = failed(None, error)
     if not failure.recorded:
         log.info("webhook_outcome_fenced", **fields)
         return {**outcome, "outcome": "fenced"}

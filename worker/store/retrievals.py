@@ -842,13 +842,18 @@ def expire_due(
     return expired
 
 
-def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int, list[uuid.UUID]]:
-    """Leases that ran out: back to pending while attempts remain, else unconfirmed.
+def rescue_lost(
+    session: Session, now: datetime, max_attempts: int, retrieval_id: uuid.UUID | None = None
+) -> tuple[int, list[uuid.UUID]]:
+    """Leases that ran out (of every row, or of `retrieval_id` only): back to pending while
+    attempts remain, else unconfirmed.
 
     Returns (how many were re-pended, the ids that became unconfirmed). Re-pended rows get
     `published_at = NULL` so the same sweep publishes them again, in their own lane.
     """
     lost = (RETRIEVAL.c.state == S.RUNNING.value) & (RETRIEVAL.c.lease_until < now)
+    if retrieval_id is not None:
+        lost = lost & (RETRIEVAL.c.id == retrieval_id)
     retried = session.execute(
         sa.update(Retrieval)
         .where(lost, RETRIEVAL.c.attempt < max_attempts)
@@ -863,6 +868,51 @@ def rescue_lost(session: Session, now: datetime, max_attempts: int) -> tuple[int
     unconfirmed = list(gave_up)
     webhooks.record_settled(session, unconfirmed, now)
     return rowcount(retried), unconfirmed
+
+
+def due_for_sweep(session: Session, now: datetime, limit: int) -> list[uuid.UUID]:
+    """Open retrievals past `valid_until`, and running ones whose lease ran out: what the
+    sweep's expiry and rescue would change, for doing it one row at a time."""
+    query = (
+        sa.select(RETRIEVAL.c.id)
+        .where(
+            sa.or_(
+                RETRIEVAL.c.state.in_([s.value for s in sources_of(S.EXPIRED)])
+                & (RETRIEVAL.c.valid_until <= now),
+                (RETRIEVAL.c.state == S.RUNNING.value) & (RETRIEVAL.c.lease_until < now),
+            )
+        )
+        .limit(limit)
+    )
+    return list(session.execute(query).scalars())
+
+
+def give_back(session: Session, claim: Claim, now: datetime, max_attempts: int) -> str | None:
+    """A claim whose run failed, given back at once rather than when its lease runs out: to
+    pending while attempts remain (`published_at` NULL: the next sweep publishes it again),
+    else `unconfirmed`, as `rescue_lost` would. Fenced by the claim's attempt; the state it
+    went to, or None when the claim was no longer held."""
+    held = (
+        (RETRIEVAL.c.id == claim.retrieval_id)
+        & (RETRIEVAL.c.state == S.RUNNING.value)
+        & (RETRIEVAL.c.attempt == claim.attempt)
+    )
+    if claim.attempt < max_attempts:
+        back = session.execute(
+            sa.update(Retrieval)
+            .where(held)
+            .values(state=S.PENDING.value, lease_until=None, published_at=None)
+        )
+        return S.PENDING.value if rowcount(back) else None
+    gave_up = session.execute(
+        sa.update(Retrieval)
+        .where(held)
+        .values(state=S.UNCONFIRMED.value, settled_at=now, lease_until=None)
+    )
+    if not rowcount(gave_up):
+        return None
+    webhooks.record_settled(session, [claim.retrieval_id], now)
+    return S.UNCONFIRMED.value
 
 
 def due_for_publish(

@@ -78,10 +78,14 @@ def still_holds(job: SettleJob, state: str, attempt: int, valid_until: datetime)
 
 def _item_order(job: SettleJob) -> tuple[str, str, str, str]:
     """The key of the evidence item a job writes, as `evidence.record` finds it."""
-    provenance: dict[str, Any] = dict(job.result.get("provenance", {}))
-    url = provenance.get("source_url") or job.claim.url
-    language = (provenance.get("language") or "").lower()
-    return (str(job.claim.workspace_id), job.claim.kind, evidence.normalise_url(url), language)
+    workspace = str(job.claim.workspace_id)
+    try:
+        provenance: dict[str, Any] = dict(job.result.get("provenance", {}))
+        url = provenance.get("source_url") or job.claim.url
+        language = (provenance.get("language") or "").lower()
+        return (workspace, job.claim.kind, evidence.normalise_url(url), language)
+    except Exception:  # noqa: BLE001  (only the lock order: one job's URL must not fail the rest)
+        return (workspace, job.claim.kind, str(job.claim.url), "")
 
 
 def settle_many(session: Session, jobs: Sequence[SettleJob]) -> list[bool]:
