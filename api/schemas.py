@@ -1,4 +1,8 @@
-"""Request bodies, validated exactly as `evidence_retrieve.input.json` says; batch envelopes."""
+"""Request bodies, validated exactly as `evidence_retrieve.input.json` says; batch envelopes.
+
+One rule goes further than the schema's `format: uri`: a `url` must also parse by the WHATWG URL
+Standard with a host (`worker.urls`), the parser every later step reads it with.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from pydantic import (
     field_validator,
 )
 
+from worker import urls
+
 # Checked with `fullmatch`, never `match` against a `$`: Python's `$` also matches before a
 # final newline, so "<uuid>\n" would pass the check and then fail `uuid.UUID()` as a 500.
 #: RFC 3986 absolute URI: a scheme, then only URI characters and well-formed %-escapes.
@@ -33,6 +39,13 @@ LANGUAGE_PATTERN = r"^[a-zA-Z]{2,8}(?:-[a-zA-Z0-9]{1,8})*$"
 def _uri(value: str) -> str:
     if not _URI.fullmatch(value):
         raise ValueError("must be an absolute URI (RFC 3986)")
+    # Every later step (guard, evidence key, store) reads the URL by the WHATWG URL Standard,
+    # so the door does too: what it cannot read, or reads without a host, is refused here.
+    parsed = urls.parse(value)
+    if isinstance(parsed, urls.UrlRefusal):
+        raise ValueError(f"does not parse as a URL (WHATWG): {parsed.reason}")
+    if not parsed.has_host:
+        raise ValueError(f"must name a host ({parsed.scheme}: URL without one)")
     return value
 
 

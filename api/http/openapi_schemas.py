@@ -217,7 +217,10 @@ def components() -> dict[str, dict[str, Any]]:
     return {
         "RetrieveRequest": _described(
             _contract("evidence_retrieve.input.json"),
-            "worker/contract/evidence_retrieve.input.json",
+            "worker/contract/evidence_retrieve.input.json. Beyond `format: uri`, `url` must parse"
+            " by the WHATWG URL Standard (as browsers read URLs) with a host: `https://`,"
+            " `https://::1/` or a port like `443:22` is a 400 naming `url`. A URL that parses but"
+            " is not public HTTPS on an allowed port is accepted and settles blocked/unsafe_url.",
         ),
         "RetrievalResponse": _described(retrieval, "worker/contract/evidence_retrieve.output.json"),
         "EvidenceResponse": _evidence_schema(retrieval),

@@ -125,6 +125,9 @@ class TestCheckUrl:
             "HTTPS://EXAMPLE.COM/x",
             "https://[2001:db8::1]:8443/x",
             "https://exemple.fr/é",
+            # The WHATWG URL Standard (the server's parser too) skips any run of slashes
+            # before the host: this is https://path/, left for the server's guard to judge.
+            "https:///path",
         ],
     )
     def test_accepts(self, url: str) -> None:
@@ -140,11 +143,15 @@ class TestCheckUrl:
             "mailto:a@example.com",
             "ftp://example.com/x",
             "https://",
-            "https:///path",
+            "https:///",
             "https://exa mple.com",
             "https://example.com/\x00",
             "https://[::1/x",
             "https://example.com:99999/",
+            "https://::1/",
+            "https://93.184.215.14:443:22/",
+            "https://127.0.0.1:+443/",
+            "https://93.184.215.14:443abc/",
             "https://example.com/" + "a" * 2048,
             "https://example.com/\udcff",
             None,
