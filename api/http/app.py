@@ -10,6 +10,8 @@ from fastapi_offline import FastAPIOffline
 from api import errors
 from api.http import metrics, openapi
 from api.http.body_limit import BodyLimit
+from api.http.bounded_bodies import BoundedBodies, api_rule
+from api.http.deps import principal_for
 from api.http.middleware import RequestMetrics
 from api.http.routes import briefs, chunks, evidence, health, images, retrievals, webhooks
 from api.services import image_fetch, waiters
@@ -62,6 +64,8 @@ def create_app() -> FastAPI:
         swagger_ui_parameters={"validatorUrl": None},
     )
     errors.install(app)
+    # Inside the body limit: each route's own bounds and its key, before FastAPI reads a body.
+    app.add_middleware(BoundedBodies, rule=api_rule, authenticate=principal_for)
     # Added first, so it runs inside the request metrics: refused bodies are counted too.
     app.add_middleware(BodyLimit)
     openapi.install(app)

@@ -56,10 +56,8 @@ bearer = HTTPBearer(
 )
 
 
-async def _principal(
-    request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
-) -> Principal:
-    authorization = request.headers.get("authorization")
+async def principal_for(authorization: str | None) -> Principal:
+    """The principal of an `Authorization` header value; ApiError (401) when there is none."""
     # A key verified in the last few seconds is answered in the event loop; only a cache miss
     # costs a worker thread and a database read (each thread hop costs about as much CPU as
     # the read itself, and the retrieval routes are polled hundreds of times a second).
@@ -67,6 +65,12 @@ async def _principal(
     if principal is None:
         principal = await run_in_threadpool(_authenticate, authorization)
     return principal
+
+
+async def _principal(
+    request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+) -> Principal:
+    return await principal_for(request.headers.get("authorization"))
 
 
 PrincipalDep = Annotated[Principal, Depends(_principal)]

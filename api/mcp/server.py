@@ -28,8 +28,11 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import Principal, authenticate
+from api.bounded_json import Bounds
 from api.errors import ApiError, envelope
 from api.http.body_limit import BodyLimit
+from api.http.bounded_bodies import BoundedBodies, Rule
+from api.http.deps import principal_for
 from api.mcp import read_tools  # noqa: F401  (registers the read-side tools)
 from api.mcp.tools import REGISTRY, ToolSpec, parse_arguments
 from worker.settings import get_settings
@@ -40,6 +43,21 @@ log = structlog.get_logger(__name__)
 SERVER_NAME = "evidence-retrieval"
 #: Codes a tool error may carry (the contract's); anything else is reported as `internal`.
 TOOL_ERROR_CODES = frozenset({"invalid_input", "not_entitled", "upstream_unavailable", "internal"})
+
+#: An MCP message over HTTP: the largest tool arguments are an opaque id of any length (the
+#: API's `chunks/get` takes up to 64 KiB). Text in `params` is checked by each call, as it is
+#: over stdio, so that a bad argument is a tool error naming it.
+MESSAGE_BOUNDS = Bounds(
+    max_bytes=256 * 1024,
+    max_values=4096,
+    max_depth=16,
+    max_string_chars=64 * 1024,
+    text_unchecked=frozenset({"params"}),
+)
+#: Larger bodies need a valid key before they are read: without one, a call is refused anyway,
+#: and `initialize` or `tools/list` take a few hundred bytes.
+KEYLESS_BYTES = 16 * 1024
+MCP_PATH = "/mcp"
 
 #: Where a call's credentials come from: the `Authorization` header value, or None.
 CredentialSource = Callable[[ServerRequestContext[Any, Any]], str | None]
@@ -174,13 +192,22 @@ def http_app(host: str = "127.0.0.1") -> ASGIApp:
     every session it opened (up to 10 000, for 30 minutes): keyless clients could fill the table
     and leave keyed ones with 503 "Too many open sessions". Every call authenticates itself
     anyway and no tool sends requests back to the client, so sessions held nothing we need.
-    Bodies are bounded as the API bounds them (EVIDENCE_MAX_BODY_BYTES).
+    Bodies are bounded as the API bounds them (EVIDENCE_MAX_BODY_BYTES), and then to what a
+    message can legitimately hold (`MESSAGE_BOUNDS`) before the SDK parses them: a keyless
+    body of 300 000 argument keys cost seconds of CPU there, stalling keyed calls.
     """
     limit = get_settings().max_body_bytes
     app = build_server(http_credentials).streamable_http_app(
         host=host, stateless_http=True, max_request_body_size=limit
     )
-    return BodyLimit(NoStandaloneStream(app))
+    return BodyLimit(BoundedBodies(NoStandaloneStream(app), message_rule, principal_for))
+
+
+def message_rule(scope: Scope) -> Rule | None:
+    """The bounds of a POSTed MCP message (other requests pass as they are)."""
+    if scope["method"] != "POST" or scope["path"].rstrip("/") != MCP_PATH:
+        return None
+    return Rule(MESSAGE_BOUNDS, MCP_PATH, keyless_bytes=KEYLESS_BYTES)
 
 
 class NoStandaloneStream:

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from pydantic import ValidationError as ModelValidationError
 
 from api.auth import Principal
+from api.bounded_json import Bounds, Refused, check
 from api.errors import ApiError, invalid_input, validation_error
 from api.schema_check import input_validator
 from api.schemas import RetrieveRequest
@@ -119,8 +120,16 @@ def _field_of(error: ValidationError) -> str | None:
     return str(error.path[0]) if error.path else None
 
 
+#: Tool arguments (over stdio too): text the database refuses is refused naming its argument.
+ARGUMENT_BOUNDS = Bounds(max_bytes=0, max_values=4096, max_depth=16, max_string_chars=64 * 1024)
+
+
 def parse_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> Any:
     """Check `arguments` as the HTTP API does, then against the advertised input schema."""
+    try:
+        check(arguments, ARGUMENT_BOUNDS)
+    except Refused as exc:
+        raise invalid_input(exc.message, exc.field) from None
     parsed: Any = arguments
     if spec.model is not None:
         try:

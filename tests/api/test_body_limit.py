@@ -16,7 +16,7 @@ import pytest
 from api.http.body_limit import declared_length
 from tests.conftest import Env
 from tests.read.test_read_e2e import story
-from tests.support.factories import Api, check_envelope
+from tests.support.factories import Api, check_envelope, make_key
 from tests.support.read_client import ReadApi
 from tests.support.read_schemas import validate_brief
 from tests.support.served import json_of, port_of, raw_request, read_until_closed, served_api
@@ -109,13 +109,19 @@ class TestOversize:
         assert error["details"] == {"max_body_bytes": Settings().max_body_bytes}
 
     def test_streamed_oversize_is_refused_while_it_streams(self, api_url: str) -> None:
-        """A chunked body is counted as it arrives and refused once past the limit."""
+        """A chunked body is counted as it arrives and refused once past the limit.
+
+        With a key (a keyless one is answered 401 before its body is read), to a route whose
+        own bound is the whole limit.
+        """
         limit = Settings().max_body_bytes
+        key = make_key([uuid.uuid4()])
         chunk = b"1," * 32_768
         frame = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
         sent = 0
         with socket.create_connection(("127.0.0.1", port_of(api_url)), timeout=10) as sock:
-            head = _post_head("/research-api/evidence/retrieve", "Transfer-Encoding: chunked\r\n")
+            extra = f"Transfer-Encoding: chunked\r\nAuthorization: Bearer {key}\r\n"
+            head = _post_head("/research-api/briefs/create", extra)
             sock.sendall(head)
             sock.sendall(b"1\r\n[\r\n")
             while sent < 4 * limit:
