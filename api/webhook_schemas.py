@@ -1,8 +1,10 @@
 """Request bodies of the webhook routes, and what they answer (docs/webhooks.md).
 
-The destination URL is checked here with the fetch guard's static rules (public HTTPS on an
-allowed port, no userinfo, no private or loopback literal, at most 2 048 characters), so bad
-input is a 400 naming `url`; the addresses a name resolves to are checked again at every send.
+The destination URL is checked here with the fetch guard's static rules, reading it as a browser
+does (WHATWG URL Standard, IDNA): public HTTPS on an allowed port, no userinfo, no private or
+loopback address in any spelling (fullwidth digits, ideographic dots, hex), a public host name
+(not `localhost`, `.local`, `.internal`, …), at most 2 048 characters. Bad input is a 400 naming
+`url`; the addresses a name resolves to are checked again at every send.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from api.schemas import UuidText
-from worker.fetch.guard import Verdict, guard_url
 from worker.settings import get_settings
+from worker.webhooks import policy
 
 #: Longest endpoint URL, in characters.
 MAX_WEBHOOK_URL_CHARS = 2048
@@ -30,9 +32,11 @@ EVENTS_SCHEMA: dict[str, Any] = {
 
 def _public_https(value: str) -> str:
     settings = get_settings()
-    target = guard_url(value, settings.fetch_allowed_ports, settings.egress_allow_cidrs)
-    if isinstance(target, Verdict):
-        raise ValueError(f"must be a public https URL ({target.reason})")
+    refusal = policy.endpoint_refusal(
+        value, settings.fetch_allowed_ports, settings.egress_allow_cidrs
+    )
+    if refusal is not None:
+        raise ValueError(f"must be a public https URL ({refusal})")
     return value
 
 
@@ -97,7 +101,15 @@ def openapi_components() -> dict[str, dict[str, Any]]:
         "minLength": 1,
         "maxLength": MAX_WEBHOOK_URL_CHARS,
         "pattern": "^https://",
-        "description": "Public HTTPS only; checked again (every address) at each send.",
+        "description": (
+            "A public https URL on an allowed port, read as browsers read URLs (WHATWG URL"
+            " Standard, IDNA). Refused: user info; a private, loopback, link-local or metadata"
+            " address in any spelling (`https://１２７.０.０.２/`, `https://127。0。0。2/`,"
+            " `https://0x7f.1/`); `localhost`, `LOCALHOST.` and other names that are not public"
+            " (single labels, `.localhost`, `.local`, `.internal`, `.home.arpa`, `.invalid`,"
+            " `.test`, `.example`, `.onion`, `.alt`, `.localdomain`). Every address the host"
+            " resolves to is checked again at each send."
+        ),
     }
     description = {"type": "string", "maxLength": MAX_DESCRIPTION_CHARS}
     webhook = _object(

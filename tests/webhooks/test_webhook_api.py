@@ -117,6 +117,31 @@ class TestBadInput:
         assert error["field"] == "url", (why, error)
 
     @pytest.mark.parametrize(
+        ("host", "fault"),
+        [
+            ("１２７.０.０.２", "127.0.0.2 is loopback"),
+            ("127。0。0。2", "127.0.0.2 is loopback"),
+            ("localhost", "localhost is not a public host name"),
+            ("LOCALHOST.", "localhost is not a public host name"),
+            ("hooks.localhost", "hooks.localhost is not a public host name"),
+        ],
+    )
+    def test_hosts_read_as_a_browser_reads_them(
+        self, hooks: Hooks, workspace: uuid.UUID, env: Env, host: str, fault: str
+    ) -> None:
+        """Fullwidth digits, ideographic dots and `localhost` (any case, trailing dot) are
+        refused at registration and at update, on a port the service may dial, naming why."""
+        url = f"https://{host}:{env.receiver.port}/evidence"
+        body = {"workspace_id": str(workspace), "url": url, "events": ["retrieval.settled"]}
+        error = check_envelope(hooks.call("POST", json=body), 400, "invalid_input")
+        assert error["field"] == "url" and fault in error["message"], error
+        webhook_id = hooks.create(workspace, PUBLIC)["webhook"]["id"]
+        error = check_envelope(
+            hooks.call("PATCH", f"/{webhook_id}", json={"url": url}), 400, "invalid_input"
+        )
+        assert error["field"] == "url" and fault in error["message"], error
+
+    @pytest.mark.parametrize(
         ("events", "field"),
         [
             (["retrieval.created"], "events[0]"),
