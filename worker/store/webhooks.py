@@ -20,6 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from worker.clock import as_utc
+from worker.safe_text import storable
 from worker.settings import get_settings
 from worker.store import db
 from worker.store.models import Retrieval, WebhookDelivery, WebhookEndpoint
@@ -349,7 +350,7 @@ def failed_attempt(
     `disable_after` the endpoint is disabled with the reason.
     """
     final = now + retry_in > attempt.retry_until
-    error = error[:MAX_ERROR_CHARS]
+    error = storable(error[:MAX_ERROR_CHARS])  # it may quote the receiver's answer
     values: dict[str, Any] = {"lease_until": None, "last_status": status, "last_error": error}
     if final:
         values["state"] = FAILED

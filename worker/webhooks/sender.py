@@ -20,6 +20,7 @@ from worker.fetch.egress import GuardedBackend, deadline_scope, guarded_client
 from worker.fetch.errors import Trail, map_fetch_errors
 from worker.fetch.guard import REDIRECT_STATUSES, Verdict, guard_url
 from worker.fetch.types import FetchFailure
+from worker.safe_text import storable
 from worker.settings import Settings
 
 #: Bytes of a receiver's answer read at most (the rest is never read).
@@ -81,11 +82,13 @@ class Sender:
         if 200 <= status < 300:
             return SendResult(True, status, None, time.perf_counter() - start, "delivered")
         if status in REDIRECT_STATUSES:
-            location = response.headers.get("location", "")[:ERROR_SNIPPET_CHARS]
+            location = storable(response.headers.get("location", ""))[:ERROR_SNIPPET_CHARS]
             return _failed(
                 start, status, f"redirect refused (HTTP {status} to {location})", "redirect"
             )
-        text = snippet.decode("utf-8", "replace").strip()[:ERROR_SNIPPET_CHARS]
+        # A receiver's answer is anyone's bytes: NUL among them made PostgreSQL refuse the
+        # attempt's bookkeeping, and the delivery was retried for ever without back-off.
+        text = storable(snippet.decode("utf-8", "replace")).strip()[:ERROR_SNIPPET_CHARS]
         return _failed(
             start, status, f"HTTP {status}" + (f": {text}" if text else ""), _klass(status)
         )
