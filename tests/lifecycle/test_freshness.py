@@ -94,9 +94,12 @@ def run(
     return str(retrieval_id)
 
 
-def completed(api: Api, retrieval_id: str) -> dict[str, Any]:
+def completed(api: Api, retrieval_id: str, status: str = "ready") -> dict[str, Any]:
+    """The settled retrieval, which must have completed with `status` (a timeout or a failure
+    also completes: the state alone proves nothing)."""
     retrieval = api.wait(retrieval_id)
     assert retrieval["state"] == "completed", retrieval
+    assert retrieval["result"]["status"] == status, retrieval
     return retrieval
 
 
@@ -206,9 +209,8 @@ def test_a_304_to_a_request_without_validators_is_a_failure(
 ) -> None:
     """An origin answering 304 to a plain GET gives nothing to stand on: the retrieval fails."""
     origin = Origin(b"", always_304=True)
-    retrieval = completed(api, run(workspace, serve(site, origin)))
+    retrieval = completed(api, run(workspace, serve(site, origin)), "unavailable")
     assert origin.seen == [(None, None, 304)]
-    assert retrieval["result"]["status"] == "unavailable", retrieval
     assert retrieval["evidence"] is None
 
 
@@ -260,6 +262,86 @@ def test_a_304_after_a_redirect(api: Api, site: TLSSite, workspace: uuid.UUID) -
     assert origin.statuses() == [200, 304]
     assert second["evidence"] == first["evidence"]
     assert second["result"]["provenance"]["source_url"] == final
+
+
+def test_a_304_from_another_final_url_is_not_the_stored_revision(
+    api: Api, site: TLSSite, workspace: uuid.UUID
+) -> None:
+    """The redirect now ends at another URL, which answers 304 to the validators sent: that
+    proves nothing about the stored response (it came from elsewhere), so the retrieval is a
+    full one of where the redirect leads now."""
+    was = Origin(article("Lakes where the redirect led first").encode(), etag='"m1"')
+    now = Origin(article("Rivers where it leads now").encode(), etag='"m1"')
+    was_url, now_url = serve(site, was), serve(site, now)
+    path = f"/fresh/moving-{uuid.uuid4().hex}"
+    start = site.page(path, b"", status=302, headers={"Location": was_url})
+    first = completed(api, run(workspace, start))
+    site.page(path, b"", status=302, headers={"Location": now_url})
+    before = freshness_counts()
+    second = completed(api, run(workspace, start))
+    assert was.statuses() == [200]
+    # The conditional request reached the new URL (a 304, refused), then the full one (200).
+    assert now.seen == [('"m1"', None, 304), (None, None, 200)]
+    assert second["result"]["provenance"]["source_url"] == now_url
+    assert "Rivers" in second["result"]["title"]
+    assert second["evidence"]["evidence_id"] != first["evidence"]["evidence_id"]
+    assert (delta(before, "revalidated"), delta(before, "new_revision")) == (0, 1)
+
+
+def test_a_304_counts_only_from_the_stored_final_url() -> None:
+    """`accept_not_modified`: a 304 to a request that sent a validator, from the URL the stored
+    response came from; not from another URL, not without a validator, never a 200."""
+    from worker.fetch.conditional import Validator, accept_not_modified
+    from worker.fetch.types import FetchedResponse, NotModified
+
+    stored: Validator = {
+        "url": "https://a.example/start",
+        "final_url": "https://a.example/final",
+        "etag": '"v1"',
+        "last_modified": None,
+    }
+    sent = {"If-None-Match": '"v1"'}
+    same = NotModified(url="https://a.example/final", headers={})
+    assert accept_not_modified(sent, stored, same)
+    assert not accept_not_modified(sent, stored, NotModified("https://a.example/start", {}))
+    assert not accept_not_modified(sent, stored, NotModified("https://b.example/final", {}))
+    assert not accept_not_modified({}, stored, same)
+    full = FetchedResponse(
+        url="https://a.example/final",
+        status_code=200,
+        headers={},
+        body=b"",
+        mime_type="text/html",
+        truncated=False,
+    )
+    assert not accept_not_modified(sent, stored, full)
+
+
+def test_another_workspace_never_stands_on_this_ones_revision(
+    api: Api, site: TLSSite, workspace: uuid.UUID
+) -> None:
+    """Two more workspaces ask for the URL one workspace fetched: what its request led to is
+    its own. Each other one, with a reuse window or without, gets a full retrieval (no reuse,
+    no conditional request with the first one's validators) and an evidence item of its own."""
+    from tests.support.factories import make_key
+
+    origin = Origin(article("Lakes of one workspace").encode(), etag='"ws"')
+    url = serve(site, origin)
+    first = completed(api, run(workspace, url))
+    before = freshness_counts()
+    windowed, plain = uuid.uuid4(), uuid.uuid4()
+    answers = [
+        completed(Api(api.client, make_key([windowed])), run(windowed, url, max_age=3600)),
+        completed(Api(api.client, make_key([plain])), run(plain, url)),
+    ]
+    assert origin.seen == [(None, None, 200)] * 3
+    assert (delta(before, "reused"), delta(before, "revalidated")) == (0, 0)
+    assert delta(before, "new_revision") == 2
+    items = {r["evidence"]["evidence_id"] for r in [first, *answers]}
+    assert len(items) == 3
+    # Each workspace's next retrieval stands on its own revision (a 304 with its validators).
+    again = completed(api, run(workspace, url))
+    assert origin.seen[-1] == ('"ws"', None, 304) and again["evidence"] == first["evidence"]
 
 
 def test_captions_revalidate_page_and_caption_file(
@@ -328,9 +410,19 @@ class TestReuseWindow:
         """`max-age=0` reuses nothing confirmed before this instant: it revalidates."""
         origin = Origin(article("Lakes never reused").encode(), etag='"z1"')
         url = serve(site, origin)
-        completed(api, run(workspace, url))
-        completed(api, run(workspace, url, max_age=0))
-        assert origin.statuses() == [200, 304]
+        first = completed(api, run(workspace, url))
+        confirmed = evidence_of(api, first["evidence"]["evidence_id"])["last_confirmed_at"]
+        before = freshness_counts()
+        second = completed(api, run(workspace, url, max_age=0))
+        assert origin.seen == [(None, None, 200), ('"z1"', None, 304)]
+        # Answered from the stored revision, confirmed by the 304 (not reused, not refetched).
+        assert second["evidence"] == first["evidence"]
+        assert second["result"]["text"] == first["result"]["text"]
+        later = second["result"]["provenance"]["retrieved_at"]
+        assert later > first["result"]["provenance"]["retrieved_at"]
+        assert (delta(before, "revalidated"), delta(before, "reused")) == (1, 0)
+        item = evidence_of(api, first["evidence"]["evidence_id"])
+        assert item["last_confirmed_at"] > confirmed
 
     def test_a_window_shorter_than_the_age_revalidates(
         self, api: Api, site: TLSSite, workspace: uuid.UUID
@@ -497,7 +589,7 @@ def test_a_group_looks_up_what_each_claim_alone_would(site: TLSSite, workspace: 
     URL never fetched, and the reuse window; the same URL twice and an unknown id too."""
     import sqlalchemy as sa
 
-    from tests.support.factories import parked
+    from tests.support.factories import cancel_open, parked
     from worker.jobs import freshness
     from worker.store import db, retrievals
 
@@ -505,6 +597,8 @@ def test_a_group_looks_up_what_each_claim_alone_would(site: TLSSite, workspace: 
     run(workspace, fetched)
     never = serve(site, Origin(article("Never").encode()))
     ids = parked(workspace, urls=[fetched, never, fetched])
+    other = uuid.uuid4()  # the fetched URL, asked for in a workspace that never fetched it
+    (foreign_id,) = parked(other, urls=[fetched])
     R = retrievals.RETRIEVAL.c
     db.with_transient_retry(  # the third asks for a reuse window
         lambda s: s.execute(
@@ -518,10 +612,15 @@ def test_a_group_looks_up_what_each_claim_alone_would(site: TLSSite, workspace: 
         for i, url in zip(ids, [fetched, never, fetched], strict=True)
     ]
     unknown = retrievals.Claim(uuid.uuid4(), 1, fetched, "url_text", None, workspace, "batch")
-    claims = [*lookups, unknown]
+    foreign = retrievals.Claim(
+        uuid.UUID(foreign_id), 1, fetched, "url_text", None, other, "interactive"
+    )
+    claims = [*lookups, unknown, foreign]
     grouped = db.with_transient_retry(lambda s: freshness.look_up_many(s, claims))
     alone = [db.with_transient_retry(lambda s, c=c: freshness.look_up(s, c)) for c in claims]
     assert grouped == alone
     stored = grouped[0][1]
     assert stored is not None and stored.validators and grouped[2] == (60, stored)
     assert grouped[1] == (None, None) and grouped[3] == (None, None)
+    assert grouped[4] == (None, None), "another workspace's revision"
+    cancel_open(other)
