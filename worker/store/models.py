@@ -36,7 +36,12 @@ class ApiKey(SQLModel, table=True):
     workspaces: list[str] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
     scopes: list[str] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
     created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    #: When the key stops working; a rotation's grace period puts it in the future.
     revoked_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    #: When it expires (None: never); from then on it answers 401 like a revoked one.
+    expires_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    #: When it last authenticated a call, to the minute (`api.auth.LAST_USED_EVERY`).
+    last_used_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
 
 
 class Retrieval(SQLModel, table=True):
