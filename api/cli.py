@@ -8,10 +8,11 @@ import shutil
 import signal
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import structlog
 import typer
@@ -19,7 +20,22 @@ import typer
 from api import webhook_cli
 from worker.settings import flower_logins, get_settings
 
-app = typer.Typer(help="Evidence retrieval service.", no_args_is_help=True, add_completion=False)
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from api.auth import NewKey
+
+T = TypeVar("T")
+
+#: Click's plain help layout: typer's Rich panels print a type after every option, a flag's
+#: too (`--wait <bool>`), though a flag takes no value (`--wait true` is an error). Sub-apps
+#: inherit the layout.
+app = typer.Typer(
+    help="Evidence retrieval service.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
 keys_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 quotas_app = typer.Typer(
@@ -217,6 +233,7 @@ def flower(
         typer.echo(message, err=True)
         raise typer.Exit(2) from None
     from worker.jobs.celery_app import app as celery
+    from worker.jobs.flower_tasks import TASKS_COLUMNS
 
     _configure_logging()
     # --logging=none: tornado would otherwise add its own plain-text handler and set the level.
@@ -226,6 +243,7 @@ def flower(
             f"--port={port}",
             f"--address={address}",
             f"--basic-auth={auth}",
+            f"--tasks_columns={TASKS_COLUMNS}",
             "--logging=none",
         ]
     )
@@ -250,22 +268,149 @@ def mcp(
         server.run_http(host, port)
 
 
+KeyId = Annotated[
+    uuid.UUID, typer.Argument(metavar="KEY_ID", help="The key's id (`evidence keys list`).")
+]
+
+
+def _flag_value(parse: Callable[[], T], flag: str) -> T:
+    """A flag's parsed value; a ValueError is click's usage error (exit 2) naming the flag."""
+    try:
+        return parse()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=f"'{flag}'") from None
+
+
+def _expiry(expires_in: str | None, expires_at: str | None, now: datetime) -> datetime | None:
+    from api.key_admin import parse_duration, parse_instant
+
+    if expires_in is not None and expires_at is not None:
+        raise typer.BadParameter("give --expires-in or --expires-at, not both")
+    if expires_in is not None:
+        return now + _flag_value(lambda: parse_duration(expires_in), "--expires-in")
+    if expires_at is not None:
+        return _flag_value(lambda: parse_instant(expires_at, now), "--expires-at")
+    return None
+
+
+def _print_new_key(what: str, key: NewKey) -> None:
+    """Say on stderr what was made; the secret alone on stdout's last line (scripts take it)."""
+    typer.echo(f"{what}: key {key.id} ({key.prefix}…); it is shown only once:", err=True)
+    typer.echo(key.secret)
+
+
 @keys_app.command("create")
 def keys_create(
-    workspace: Annotated[list[uuid.UUID], typer.Option(help="Workspace the key may use.")],
-    scope: Annotated[list[str], typer.Option(help="Scope to grant.")] = ["agent:research"],  # noqa: B006
+    workspace: Annotated[
+        list[uuid.UUID],
+        typer.Option(metavar="UUID", help="Workspace the key may use (repeat for more)."),
+    ],
+    scope: Annotated[
+        list[str], typer.Option(metavar="SCOPE", help="Scope to grant (repeat for more).")
+    ] = ["agent:research"],  # noqa: B006
+    expires_in: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="Expire this long from now: 90d, 12h, 1h30m, 2w (then it answers 401).",
+        ),
+    ] = None,
+    expires_at: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TIME", help="Expire at this ISO 8601 time (UTC unless it names an offset)."
+        ),
+    ] = None,
 ) -> None:
     """Create an API key; it is printed once, alone on the last line."""
-    from api.auth import create_key
+    from api.auth import issue_key
     from worker import clock
     from worker.store import db
 
+    now = clock.now()
+    until = _expiry(expires_in, expires_at, now)
     with _database_errors():
-        secret = db.with_transient_retry(
-            lambda s: create_key(s, list(workspace), list(scope), clock.now())
+        key = db.with_transient_retry(
+            lambda s: issue_key(s, list(workspace), list(scope), now, until)
         )
-    typer.echo(f"created a key for {len(workspace)} workspace(s); it is shown only once:", err=True)
-    typer.echo(secret)
+    expiry = f", expires {until:%Y-%m-%d %H:%M:%S}Z" if until is not None else ""
+    _print_new_key(f"created for {len(workspace)} workspace(s){expiry}", key)
+
+
+@keys_app.command("list")
+def keys_list(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON document per key and line.")
+    ] = False,
+) -> None:
+    """Every key by id and prefix (never the key itself), its grants, times and state."""
+    import json
+
+    from api.key_admin import document, table
+    from worker import clock
+    from worker.store import db, keys
+
+    now = clock.now()
+    with _database_errors(), db.session_scope(readonly=True) as session:
+        documents = [document(k, now) for k in keys.list_keys(session)]
+    lines = [json.dumps(d) for d in documents] if as_json else table(documents)
+    for line in lines:
+        typer.echo(line)
+
+
+def _missing_key(key_id: uuid.UUID) -> typer.Exit:
+    typer.echo(f"error: no key has the id {key_id}", err=True)
+    return typer.Exit(1)
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: KeyId) -> None:
+    """Revoke a key now: every API and MCP process refuses it (401) within 5 s."""
+    from worker import clock
+    from worker.store import db, keys
+
+    def revoke(session: Session) -> tuple[str, datetime] | None:
+        keys.revoke_key(session, key_id, clock.now())
+        key = keys.get_key(session, key_id)
+        return None if key is None or key.revoked_at is None else (key.prefix, key.revoked_at)
+
+    with _database_errors():
+        revoked = db.with_transient_retry(revoke)
+    if revoked is None:
+        raise _missing_key(key_id)
+    prefix, at = revoked
+    typer.echo(f"revoked key {key_id} ({prefix}…) at {at:%Y-%m-%d %H:%M:%S}Z", err=True)
+
+
+@keys_app.command("rotate")
+def keys_rotate(
+    key_id: KeyId,
+    grace: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="Keep the old key working this long (e.g. 10m, 1h) while clients switch; "
+            "default: revoked at once.",
+        ),
+    ] = None,
+) -> None:
+    """A new key with the old one's workspaces, scopes and expiry, printed once alone on the
+    last line; the old key is revoked (after --grace)."""
+    from datetime import timedelta
+
+    from api.auth import rotate_key
+    from api.key_admin import parse_duration
+    from worker import clock
+    from worker.store import db
+
+    wait = _flag_value(lambda: parse_duration(grace), "--grace") if grace else timedelta(0)
+    now = clock.now()
+    with _database_errors():
+        key = db.with_transient_retry(lambda s: rotate_key(s, key_id, now, wait))
+    if key is None:
+        raise _missing_key(key_id)
+    old = f"at {now + wait:%Y-%m-%d %H:%M:%S}Z" if wait else "now"
+    _print_new_key(f"replaces {key_id} (revoked {old})", key)
 
 
 @quotas_app.command("set")
