@@ -20,12 +20,12 @@ LEASE = timedelta(seconds=10)
 DAY = timedelta(days=1)
 
 
-def _endpoint(now: datetime) -> uuid.UUID:
+def _endpoint(now: datetime, workspace: uuid.UUID | None = None) -> uuid.UUID:
     """An endpoint no worker can reach (nothing here is published)."""
     row = db.with_transient_retry(
         lambda s: store.insert_endpoint(
             s,
-            uuid.uuid4(),
+            workspace or uuid.uuid4(),
             "https://hooks.invalid/x",
             ["retrieval.settled"],
             None,
@@ -138,7 +138,139 @@ class TestClaims:
         assert due in ids and due in never and stale not in ids
 
 
+def _fail(attempt: store.Attempt, now: datetime, retry_in: timedelta) -> store.FailureOutcome:
+    return db.with_transient_retry(
+        lambda s: store.failed_attempt(s, attempt, 500, "HTTP 500", now, retry_in, DAY)
+    )
+
+
+class TestWindow:
+    """The retry window exactly: from the settle, EVIDENCE_WEBHOOK_RETRY_WINDOW_SECONDS seconds;
+    an attempt due at its last instant is still made, and past it the delivery fails."""
+
+    def test_the_default_window_is_a_day_of_seconds(self) -> None:
+        from worker.settings import Settings
+
+        assert Settings.model_fields["webhook_retry_window_seconds"].default == 86_400
+
+    def test_a_settle_opens_a_window_of_the_configured_seconds(self) -> None:
+        """Recorded at a settle: due at once, retried until exactly the window later."""
+        from tests.support.factories import cancel_open, parked
+        from worker.settings import get_settings
+
+        workspace, now = uuid.uuid4(), clock.now()
+        endpoint_id = _endpoint(now, workspace)
+        (retrieval_id,) = parked(workspace)
+        try:
+            (delivery_id,) = db.with_transient_retry(
+                lambda s: store.record_settled(s, [uuid.UUID(retrieval_id)], now)
+            )
+            row = _row(delivery_id)
+            window = timedelta(seconds=get_settings().webhook_retry_window_seconds)
+            assert window == timedelta(seconds=60)  # the suite's setting (tests/conftest.py)
+            assert clock.as_utc(row.next_attempt_at) == now
+            assert clock.as_utc(row.retry_until) == now + window
+        finally:
+            cancel_open(workspace)
+            db.with_transient_retry(lambda s: store.delete_endpoint(s, endpoint_id))
+
+    def test_a_redelivery_opens_a_fresh_window_of_the_configured_seconds(
+        self, http: object
+    ) -> None:
+        """POST …/redeliver: due now, retried until exactly the window later."""
+        from tests.support.factories import make_key
+        from tests.webhooks.support import Hooks
+
+        workspace, long_ago = uuid.uuid4(), clock.now() - DAY
+        endpoint_id = _endpoint(long_ago, workspace)
+        delivery_id = _delivery(endpoint_id, long_ago, window=timedelta(seconds=1))
+        hooks = Hooks(http, make_key([workspace]))
+        try:
+            answer = hooks.call("POST", f"/{endpoint_id}/deliveries/{delivery_id}/redeliver")
+            assert answer.status_code == 202, answer.text
+            delivery = answer.json()["delivery"]
+            due, until = (
+                datetime.fromisoformat(delivery[name])
+                for name in ("next_attempt_at", "retry_until")
+            )
+            assert until - due == timedelta(seconds=60)
+            assert clock.now() - DAY < due <= clock.now()
+        finally:
+            db.with_transient_retry(lambda s: store.delete_endpoint(s, endpoint_id))
+
+    def test_a_retry_due_at_the_last_instant_is_made_and_its_failure_is_final(self) -> None:
+        now = clock.now()
+        window = timedelta(seconds=30)
+        delivery_id = _delivery(_endpoint(now), now, window=window)
+        attempt = _claim(delivery_id, now)
+        assert attempt is not None and attempt.retry_until == now + window
+        assert _fail(attempt, now, window) == store.FailureOutcome(recorded=True)
+        row = _row(delivery_id)
+        assert row.state == "pending"
+        assert clock.as_utc(row.next_attempt_at) == now + window  # the window's last instant
+        last = _claim(delivery_id, now + window)
+        assert last is not None and last.attempt == 2
+        outcome = _fail(last, now + window, timedelta(microseconds=1))
+        assert outcome == store.FailureOutcome(recorded=True, final=True)
+        assert _row(delivery_id).state == "failed"
+
+    def test_a_retry_due_past_the_window_fails_the_delivery_now(self) -> None:
+        now = clock.now()
+        window = timedelta(seconds=30)
+        delivery_id = _delivery(_endpoint(now), now, window=window)
+        attempt = _claim(delivery_id, now)
+        assert attempt is not None
+        late = window + timedelta(microseconds=1)
+        assert _fail(attempt, now, late) == store.FailureOutcome(recorded=True, final=True)
+        row = _row(delivery_id)
+        assert (row.state, row.last_error) == ("failed", "HTTP 500")
+
+    def test_the_sweep_fails_a_delivery_only_past_its_window(self) -> None:
+        """At retry_until it is still pending (due); a microsecond later the sweep fails it.
+        (Instants a day back: no other test's delivery is that old.)"""
+        created = clock.now() - 2 * DAY
+        window = timedelta(seconds=30)
+        delivery_id = _delivery(_endpoint(created), created, window=window)
+        db.with_transient_retry(lambda s: store.fail_expired(s, created + window))
+        assert _row(delivery_id).state == "pending"
+        db.with_transient_retry(
+            lambda s: store.fail_expired(s, created + window + timedelta(microseconds=1))
+        )
+        row = _row(delivery_id)
+        assert (row.state, row.last_error) == ("failed", "retry window passed")
+
+
+class _Edge(random.Random):
+    """A random source that always draws the low or the high end of a range."""
+
+    def __init__(self, high: bool) -> None:
+        super().__init__(0)
+        self.high = high
+
+    def uniform(self, a: float, b: float) -> float:
+        return b if self.high else a
+
+
 class TestPolicy:
+    #: (attempt, the ceiling in seconds) for a base of 10 s capped at an hour.
+    SCHEDULE = [(1, 10), (2, 20), (3, 40), (4, 80), (8, 1280), (9, 2560), (10, 3600), (60, 3600)]
+
+    @pytest.mark.parametrize(("attempt", "ceiling"), SCHEDULE)
+    def test_the_schedule_exactly(self, attempt: int, ceiling: int) -> None:
+        """base × 2^(attempt − 1) seconds, capped; the jitter takes off at most half of it."""
+        high = policy.retry_delay(attempt, 10.0, 3600.0, _Edge(high=True))
+        low = policy.retry_delay(attempt, 10.0, 3600.0, _Edge(high=False))
+        assert (high, low) == (timedelta(seconds=ceiling), timedelta(seconds=ceiling / 2))
+
+    def test_the_suites_settings_are_seconds(self) -> None:
+        """The suite's base (0.5 s) and cap (1 s), as the deliver task passes them."""
+        from worker.settings import get_settings
+
+        settings = get_settings()
+        base, cap = settings.webhook_retry_base_seconds, settings.webhook_retry_cap_seconds
+        top = [policy.retry_delay(n, base, cap, _Edge(high=True)) for n in (1, 2, 3)]
+        assert top == [timedelta(seconds=0.5), timedelta(seconds=1), timedelta(seconds=1)]
+
     @pytest.mark.parametrize("attempt", [1, 2, 5, 40])
     def test_back_off_doubles_up_to_the_cap_with_jitter(self, attempt: int) -> None:
         ceiling = min(3600.0, 10.0 * 2 ** (attempt - 1))
