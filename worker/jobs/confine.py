@@ -36,13 +36,14 @@ log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
-#: Where a failure was confined: the claim's look-up, one retrieval's run, its settle, a
-#: batch thread's follow-on, a step or row of the sweep, a webhook delivery.
-PATHS = ("claim", "run", "settle", "follow_on", "sweep", "webhook")
+#: Where a failure was confined: the claim's look-up, one retrieval's run (its settle
+#: included: a grouped settle that fails is written again one by one, and the one that still
+#: fails raises in its own run), a batch thread's follow-on, the sweep, a webhook delivery.
+PATHS = ("claim", "run", "follow_on", "sweep", "webhook")
 #: What became of the item: its look-up answered "nothing found"; its claim given back
-#: (`repended`) or given up (`unconfirmed`); settled `blocked/unsafe_url`; written on its own
-#: (`alone`); left to the lease and the next sweep (`left`); recorded as a failed attempt.
-OUTCOMES = ("nothing_found", "repended", "unconfirmed", "unsafe_url", "alone", "left", "failed")
+#: (`repended`) or given up (`unconfirmed`); settled `blocked/unsafe_url`; left to the lease and
+#: the next sweep (`left`); recorded as a failed webhook attempt (`failed`).
+OUTCOMES = ("nothing_found", "repended", "unconfirmed", "unsafe_url", "left", "failed")
 
 FAILURES = Counter(
     "evidence_process_confined_failures",
