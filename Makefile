@@ -35,7 +35,8 @@ SQLITE_TESTS ?= tests/read tests/lifecycle/test_store.py tests/lifecycle/test_ba
 	tests/lifecycle/test_revision_bounds.py tests/lifecycle/test_freshness.py \
 	tests/lifecycle/test_open_tally.py tests/lifecycle/test_group_settle.py \
 	tests/lifecycle/test_group_claim.py tests/lifecycle/test_confined_groups.py \
-	tests/lifecycle/test_confined_lane.py tests/lifecycle/test_recovery.py::TestExpiry
+	tests/lifecycle/test_confined_lane.py tests/lifecycle/test_recovery.py::TestExpiry \
+	tests/ops/test_keys.py
 # Test processes per run (pytest-xdist, a test file at a time): each has services of its own (a
 # database, Redis, the HTTPS sites, Celery workers). Many tests wait on those processes, so two
 # keep both cores busy where one left them half idle.
