@@ -3,8 +3,10 @@ with the `standardwebhooks` reference library."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -14,7 +16,7 @@ from tests.support.factories import Api, body
 from tests.support.pages import article
 from tests.support.schemas import validate_retrieval_payload
 from tests.support.services import wait_for
-from tests.support.tls_site import TLSSite
+from tests.support.tls_site import Page, TLSSite
 from tests.support.webhook_receiver import Inbox
 from tests.webhooks.support import Hooks
 
@@ -114,17 +116,36 @@ class TestDelivery:
     def test_500_is_retried_with_the_same_id_until_it_succeeds(
         self, hooks: Hooks, workspace: uuid.UUID, inbox: Inbox, settle: Callable[[str], str]
     ) -> None:
+        """Each 500 is recorded (status, error) and retried with the same id, until a 2xx.
+
+        The receiver itself decides what each request gets: 500 to the first two whatever
+        happens, and 500 until the test has read a recorded failure, 204 after. (A delivery's
+        `attempts` counts claims, made before the send: waiting on it raced the send.)"""
         webhook_id, secret = _register(hooks, workspace, inbox)
-        inbox.answer(500, b"receiver broke")
+        recovered = threading.Event()
+        answered: list[int] = []
+        lock = threading.Lock()
+
+        def plan(_: BaseHTTPRequestHandler) -> Page:
+            with lock:
+                ok = len(answered) >= 2 and recovered.is_set()
+                answered.append(204 if ok else 500)
+            return Page(b"", "", 204) if ok else Page(b"receiver broke", "text/plain", 500)
+
+        inbox.plan = plan
         retrieval_id = settle("cancelled")
-        failing = _wait_delivery(hooks, webhook_id, retrieval_id, lambda d: d["attempts"] >= 2)
-        assert failing["last_status"] == 500
+        failing = _wait_delivery(
+            hooks, webhook_id, retrieval_id, lambda d: d["last_status"] is not None
+        )
+        assert (failing["state"], failing["last_status"]) == ("pending", 500), failing
         assert failing["last_error"] == "HTTP 500: receiver broke"
-        inbox.ok()
+        assert failing["next_attempt_at"] is not None
+        recovered.set()
         delivery = _wait_delivery(hooks, webhook_id, retrieval_id, _delivered)
-        assert delivery["last_error"] is None
+        assert (delivery["last_status"], delivery["last_error"]) == (204, None)
         requests = inbox.received
-        assert len(requests) == delivery["attempts"] >= 3
+        assert answered == [500] * (len(answered) - 1) + [204] and len(answered) >= 3
+        assert len(requests) == len(answered) == delivery["attempts"]
         assert {r.headers["webhook-id"] for r in requests} == {delivery["id"]}
         for request in requests:
             request.verify(secret)
