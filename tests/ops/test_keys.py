@@ -307,6 +307,10 @@ class TestCommands:
         left = datetime.fromisoformat(old_doc["revoked_at"]) - clock.now()
         assert timedelta(minutes=9) < left <= timedelta(minutes=10)
         assert new_doc["expires_at"] == old_doc["expires_at"], "the replacement keeps the expiry"
+        done = evidence("keys", "revoke", str(old_id), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert _refused(old).message == "the API key was revoked", "revoke cuts the grace short"
+        assert _auth(new).key_id == uuid.UUID(new_doc["id"])
 
     def test_expired_key_answers_401(self, tmp_path: Path) -> None:
         """A key past its expiry is refused; `--expires-at` and `--expires-in` set it."""
