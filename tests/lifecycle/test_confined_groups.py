@@ -61,8 +61,8 @@ INJECTED = [RuntimeError, ValueError, KeyError, TypeError, ZeroDivisionError, At
 
 
 def _text(postgres: bool, max_size: int) -> st.SearchStrategy[str]:
-    # PostgreSQL's text never holds NUL: no row stored there can.
-    alphabet = st.characters(blacklist_characters="\x00") if postgres else st.characters()
+    # Text a database holds: UTF-8 (no lone surrogates), and no NUL in PostgreSQL's.
+    alphabet = st.characters(codec="utf-8", exclude_characters="\x00" if postgres else "")
     return st.text(alphabet, max_size=max_size)
 
 
