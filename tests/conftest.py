@@ -23,17 +23,13 @@ from tests.support.services import (
     free_port,
     wait_for,
 )
+from tests.support.slowdown import ENV_VAR, factor, scaled
 from tests.support.tls_site import TLSSite
 
 #: Short lifecycle knobs so leases, sweeps and expiry take seconds, not hours.
 TEST_ENV = {
     "EVIDENCE_SWEEP_INTERVAL_SECONDS": "1",
     "EVIDENCE_REPUBLISH_AFTER_SECONDS": "4",
-    "EVIDENCE_FETCH_TOTAL_TIMEOUT_SECONDS": "4",
-    "EVIDENCE_FETCH_READ_TIMEOUT_SECONDS": "3",
-    "EVIDENCE_FETCH_CONNECT_TIMEOUT_SECONDS": "2",
-    "EVIDENCE_EXTRACT_BUDGET_SECONDS": "2",
-    "EVIDENCE_TIME_LIMIT_MARGIN_SECONDS": "1",
     "EVIDENCE_LEASE_GRACE_SECONDS": "0.5",
     "EVIDENCE_MAX_ATTEMPTS": "2",
     "EVIDENCE_LOG_JSON": "true",
@@ -41,11 +37,27 @@ TEST_ENV = {
     "EVIDENCE_WEBHOOK_RETRY_BASE_SECONDS": "0.5",
     "EVIDENCE_WEBHOOK_RETRY_CAP_SECONDS": "1",
     "EVIDENCE_WEBHOOK_RETRY_WINDOW_SECONDS": "60",
-    "EVIDENCE_WEBHOOK_CONNECT_TIMEOUT_SECONDS": "1",
-    "EVIDENCE_WEBHOOK_READ_TIMEOUT_SECONDS": "1.5",
-    "EVIDENCE_WEBHOOK_TOTAL_TIMEOUT_SECONDS": "2",
     "EVIDENCE_WEBHOOK_DISABLE_AFTER_SECONDS": "8",
 }
+
+#: The work's own bounds, in seconds on a quiet machine: the session stretches them by its
+#: slowdown (tests/support/slowdown.py), so an ordinary page never times out on a busy one.
+#: Tests of a timeout stretch their hostile servers alike, keeping them far past these.
+SCALED_TEST_ENV = {
+    "EVIDENCE_FETCH_TOTAL_TIMEOUT_SECONDS": 6.0,
+    "EVIDENCE_FETCH_READ_TIMEOUT_SECONDS": 3.0,
+    "EVIDENCE_FETCH_CONNECT_TIMEOUT_SECONDS": 2.0,
+    "EVIDENCE_EXTRACT_BUDGET_SECONDS": 3.0,
+    "EVIDENCE_TIME_LIMIT_MARGIN_SECONDS": 1.0,
+    "EVIDENCE_WEBHOOK_CONNECT_TIMEOUT_SECONDS": 1.0,
+    "EVIDENCE_WEBHOOK_READ_TIMEOUT_SECONDS": 1.5,
+    "EVIDENCE_WEBHOOK_TOTAL_TIMEOUT_SECONDS": 2.0,
+}
+
+
+def session_env() -> dict[str, str]:
+    """Every setting the suite gives its processes, the bounds scaled to this machine."""
+    return {**TEST_ENV, **{k: f"{scaled(v):g}" for k, v in SCALED_TEST_ENV.items()}}
 
 
 #: robots.txt of the second test origin: our product token may not fetch /private/.
@@ -88,6 +100,7 @@ def _runs_tests(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    factor()  # measured here once; pytest-xdist's processes inherit it
     if not _runs_tests(config):
         return
     ENV.tmp = Path(tempfile.mkdtemp(prefix="evidence-tests-"))
@@ -105,7 +118,7 @@ def pytest_configure(config: pytest.Config) -> None:
     ENV.receiver = TLSSite(ca=ENV.site.ca).start()
     ENV.closed_port = free_port()
     ca_path = ENV.site.write_ca(ENV.tmp / "ca.pem")
-    os.environ.update(TEST_ENV)
+    os.environ.update(session_env())
     os.environ.update(
         {
             "EVIDENCE_DATABASE_URL": ENV.database_url,
@@ -121,6 +134,21 @@ def pytest_configure(config: pytest.Config) -> None:
     from worker.store.migrate import upgrade
 
     upgrade(ENV.database_url)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"slowdown: {factor()} ({ENV_VAR}; limits and waits scaled by it)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-timeout's limit (pyproject.toml) is for a hung test, so it stretches with the
+    machine like every other wait; a test's own `timeout` mark stands."""
+    limit = float(config.getini("timeout") or 0)
+    if not limit:
+        return
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(scaled(limit)))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

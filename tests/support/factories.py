@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from tests.support.schemas import validate_retrieval_payload
+from tests.support.slowdown import scaled
 
 SETTLED = {"completed", "cancelled", "unconfirmed", "expired"}
 #: Things that must never appear in a response body.
@@ -151,7 +152,9 @@ class Api:
     def wait(
         self, retrieval_id: str, states: set[str] = SETTLED, timeout: float = 30
     ) -> dict[str, Any]:
-        """Poll until the retrieval reaches one of `states`; return it."""
+        """Poll until the retrieval reaches one of `states`; return it. `timeout` is seconds on a
+        quiet machine, stretched on a busy one: it only catches a retrieval that never settles."""
+        timeout = scaled(timeout)
         deadline = time.monotonic() + timeout
         while True:
             retrieval = self.get(retrieval_id).json()["retrieval"]

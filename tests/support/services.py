@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psycopg
 
+from tests.support.slowdown import scaled
+
 ROOT = Path(__file__).resolve().parents[2]
 POSTGRES_ADMIN_URL = os.environ.get(
     "EVIDENCE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
@@ -34,7 +36,9 @@ def drop_postgres_database(name: str) -> None:
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.1) -> object:
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds on a
+    quiet machine (longer on a busy one: the timeout only catches a hang)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
