@@ -7,7 +7,6 @@ stateless now: a keyless `initialize` is answered and leaves nothing behind.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -103,10 +102,8 @@ def test_no_standing_event_stream(server: tuple[int, int]) -> None:
     connections with as many as it liked.
     """
     port, _ = server
-    start = time.monotonic()
     response = httpx.get(
         f"http://127.0.0.1:{port}/mcp", headers={"Accept": "text/event-stream"}, timeout=10
     )
     assert response.status_code == 405, response.text
-    assert response.headers["allow"] == "POST"
-    assert time.monotonic() - start < 2
+    assert response.headers["allow"] == "POST"  # a stream held open ends in a ReadTimeout

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import steps
+from tests.support.slowdown import scaled
 from worker.jobs.extract_pool import ExtractionCrashed, ExtractionTimeout, ExtractPool
 
 
@@ -42,7 +43,7 @@ def test_hung_step_is_killed_and_replaced(pool: ExtractPool) -> None:
     started = time.monotonic()
     with pytest.raises(ExtractionTimeout):
         pool.run(steps.hang, (), budget=0.5, wait=30)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < scaled(10)  # the hang is endless: any bound shows it
     gone = before - set(pool.pids())
     assert len(gone) == 1 and not alive(gone.pop())
     deadline = time.monotonic() + 20
@@ -57,12 +58,11 @@ def test_hung_step_does_not_stop_the_others(pool: ExtractPool) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=1) as side:
-        hung = side.submit(pool.run, steps.hang, (), 3.0, 30.0)
+        hung = side.submit(pool.run, steps.hang, (), scaled(6.0), 30.0)
         time.sleep(0.3)
-        started = time.monotonic()
         for _ in range(5):
             pool.run(steps.nap, (0.05,), budget=5, wait=30)
-        assert time.monotonic() - started < 2.5  # not waiting for the hung one
+        assert not hung.done()  # they ran while it hung, not after its budget ended it
         with pytest.raises(ExtractionTimeout):
             hung.result()
 

@@ -5,6 +5,7 @@ import time
 import lxml.html
 import pytest
 
+from tests.support.slowdown import scaled
 from worker.content.html import FALLBACK_BELOW_CHARS, extract_html, is_login_wall, main_text
 from worker.content.markup import MAX_DEPTH, bound_markup, parse_bounded, parse_html, within_bounds
 from worker.reasons import Reason
@@ -324,7 +325,7 @@ class TestBoundMarkup:
         html = "<html><body>" + "<p>word</p>" * 300_000 + "</body></html>"
         started = time.monotonic()
         page = extract_html(html, URL)
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < scaled(10)  # only a runaway; speed: bench/
         assert page.content.reasons[0] == Reason.NODES_LIMITED
         assert page.content.text.startswith("word")
 
