@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.support.factories import Api, body, make_key, parked
+from tests.conftest import Env, Services
+from tests.support.factories import Api, body, cancel_open, make_key, parked
 from tests.support.pages import article, slow
-from tests.support.tls_site import TLSSite
+from tests.support.services import Process
+from tests.support.tls_site import Page, TLSSite, send
 from worker.jobs.celery_app import (
     BATCH_QUEUE,
     INTERACTIVE_QUEUE,
@@ -71,6 +79,124 @@ class TestInteractiveFirst:
         alone = agent.wait(single, timeout=60)
         after = [settled for settled, _ in order if settled > alone["settled_at"]]
         assert len(after) >= 2, (alone["settled_at"], order)
+
+
+class Turnstile:
+    """An origin's one route: it notes which page each request asks for (`?n=`), in arrival
+    order, holds the first one until `release` is set, and serves every later one slowly, so
+    the order of the worker's fetches is the order its per-host gate admitted them in."""
+
+    #: Seconds each request after the first takes to answer (the gate's holder meanwhile).
+    SERVE_SECONDS = 0.2
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.first_arrived = threading.Event()
+        self.release = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self, handler: BaseHTTPRequestHandler) -> None:
+        name = parse_qs(urlsplit(handler.path).query)["n"][0]
+        with self._lock:
+            self.order.append(name)
+            first = len(self.order) == 1
+        if first:
+            self.first_arrived.set()
+            self.release.wait(120)
+        else:
+            time.sleep(self.SERVE_SECONDS)
+        send(handler, Page(article(f"Page {name}", marker=name).encode()))
+
+
+#: Retrievals the one-fetch-per-host worker keeps in flight (room for the batch and the singles).
+GATED_IN_FLIGHT = 32
+
+
+@pytest.fixture
+def one_fetch_per_host(services: Services, env: Env) -> Iterator[TLSSite]:
+    """An origin of its own, and the session's worker replaced by one that fetches one page of
+    a host at a time (`EVIDENCE_FETCH_PER_HOST_LIMIT=1`) with many retrievals in flight, fetch
+    bounds long enough to wait at that gate; the session's worker is back afterwards."""
+    origin = TLSSite(ca=env.site.ca).start()
+    ports = [*os.environ["EVIDENCE_FETCH_ALLOWED_PORTS"].split(","), str(origin.port)]
+    extra = {
+        "EVIDENCE_FETCH_ALLOWED_PORTS": ",".join(ports),
+        "EVIDENCE_FETCH_PER_HOST_LIMIT": "1",
+        "EVIDENCE_FETCH_TOTAL_TIMEOUT_SECONDS": "120",
+        "EVIDENCE_FETCH_READ_TIMEOUT_SECONDS": "120",
+    }
+    original = services.worker
+    original.stop()
+    services.worker = Process(
+        ["worker", "--queues", "retrievals,retrievals-batch"]
+        + ["--concurrency", str(GATED_IN_FLIGHT), "--hostname", f"gate-{uuid.uuid4().hex[:6]}@%h"],
+        env.tmp / "gate-worker.log",
+        env=extra,
+    )
+    try:
+        services.start_worker()
+        yield origin
+    finally:
+        services.worker.stop()
+        services.worker = original
+        services.start_worker()
+        origin.stop()
+
+
+class TestInteractiveFirstAtTheGates:
+    """Inside a worker, the gates of scarce things (here a host's fetches) admit interactive
+    work before batch work that waited longer."""
+
+    BATCH = 12
+    SINGLES = 3
+
+    def test_singles_fetch_before_the_batch_waiting_at_a_hosts_gate(
+        self, http: object, one_fetch_per_host: TLSSite, workspace: uuid.UUID
+    ) -> None:
+        """A batch of 12 pages of one host: the first is fetched and held by the origin, the
+        other 11 are claimed and queue at the host's gate (one fetch at a time). Then three
+        singles of that host are claimed and queue behind them. Once the held fetch is let go,
+        the singles are fetched next, before most of the batch that was there first (batch
+        first: after all of it)."""
+        origin = one_fetch_per_host
+        turnstile = Turnstile()
+        origin.add("/gate/page", turnstile)
+        batcher = Api(http, make_key([workspace]))
+        other = uuid.uuid4()
+        agent = Api(http, make_key([other]))
+        try:
+            items = [
+                body(origin.url(f"/gate/page?n=batch-{n}"), workspace) for n in range(self.BATCH)
+            ]
+            batch_ids = [r["retrieval"]["id"] for r in batcher.batch(items).json()["results"]]
+            assert turnstile.first_arrived.wait(60), "no batch page was fetched"
+            wait_running(batcher, batch_ids, self.BATCH)
+            singles = [
+                agent.post(body(origin.url(f"/gate/page?n=single-{n}"), other)).json()
+                for n in range(self.SINGLES)
+            ]
+            single_ids = [s["retrieval"]["id"] for s in singles]
+            wait_running(agent, single_ids, self.SINGLES)
+            # Claimed: their threads reach the gate within milliseconds; give them a moment.
+            time.sleep(1.0)
+            turnstile.release.set()
+            for retrieval_id in single_ids:
+                assert agent.wait(retrieval_id, timeout=60)["state"] == "completed"
+            for retrieval_id in batch_ids:
+                assert batcher.wait(retrieval_id, timeout=60)["state"] == "completed"
+        finally:
+            turnstile.release.set()
+            cancel_open(workspace)
+            cancel_open(other)
+        order = turnstile.order
+        assert sorted(order) == sorted(
+            [f"batch-{n}" for n in range(self.BATCH)] + [f"single-{n}" for n in range(self.SINGLES)]
+        ), " ".join(order)
+        last_single = max(order.index(f"single-{n}") for n in range(self.SINGLES))
+        batch_after = [name for name in order[last_single:] if name.startswith("batch-")]
+        # Interactive first: the singles right after the held page (11 of the batch after them,
+        # give or take one that reached the gate late); batch first: none.
+        assert len(batch_after) >= self.BATCH // 2, " ".join(order)
 
 
 class TestSinglesBeyondTheLimit:
