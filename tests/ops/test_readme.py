@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.slowdown import scaled
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 #: The README is the front door; the reference lives in docs/.
@@ -96,6 +98,18 @@ def named(markdown: str, program: str) -> list[list[str]]:
     ]
 
 
+def unactivated(block: str) -> list[str]:
+    """`evidence` command lines of a shell block that run before the venv is activated."""
+    activated, bare = False, []
+    for tokens in logical_lines(block):
+        for command in commands(tokens):
+            if command[0] in (".", "source") and command[1:2] == [".venv/bin/activate"]:
+                activated = True
+            elif command[0] == "evidence" and not activated:
+                bare.append(" ".join(command))
+    return bare
+
+
 def options(args: list[str]) -> list[str]:
     """The long options a command line passes (`--name=value` counts as `--name`)."""
     return [match.group(0) for arg in args if (match := _OPTION.match(arg))]
@@ -117,7 +131,8 @@ def links(markdown: str) -> list[str]:
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}
-    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    timeout = scaled(60)  # a hung command, however busy the machine
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @functools.cache
@@ -163,6 +178,16 @@ class TestParsing:
         ]
         assert options(["enqueue", "--wait", "--out=x.jsonl", "-n", "file"]) == ["--wait", "--out"]
 
+    def test_a_bare_evidence_before_the_venv_is_found(self) -> None:
+        block = (
+            ". var/dev.env\n"
+            "evidence quotas show\n"
+            ".venv/bin/evidence keys list\n"
+            ". .venv/bin/activate  # now on PATH\n"
+            "evidence migrate\n"
+        )
+        assert unactivated(block) == ["evidence quotas show"]
+
     def test_non_shell_blocks_are_ignored(self) -> None:
         markdown = '```json\n{"command": "evidence", "args": ["mcp"]}\n```\n```\nmake nope\n```\n'
         assert named(markdown, "make") == [] and named(markdown, "evidence") == []
@@ -199,6 +224,15 @@ class TestReadme:
                 assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", usage), (
                     f"`evidence {' '.join(path)}` has no option {option}"
                 )
+
+    def test_evidence_runs_from_the_venv(self) -> None:
+        """A fresh shell has no `evidence` on its PATH: each shell block of the README and
+        docs/operating.md that runs it activates the venv first or calls `.venv/bin/evidence`."""
+        bare = []
+        for page in (README, ROOT / "docs" / "operating.md"):
+            for block in shell_blocks(page.read_text(encoding="utf-8")):
+                bare += [f"{page.relative_to(ROOT)}: {line}" for line in unactivated(block)]
+        assert not bare, "\n".join(bare)
 
     def test_links_resolve(self) -> None:
         pages = [README, *sorted((ROOT / "docs").glob("*.md"))]
