@@ -31,11 +31,12 @@ def task_outcome(
     no such row); `attempt` is this delivery's claim (None when it claimed nothing). Never the
     page text: the value is logged and kept in Flower.
     """
+    # Status and reason first: Flower's task list shows the start of the value in one line.
     return {
-        "retrieval_id": str(retrieval_id),
-        "delivery": delivery,
-        "state": state,
         "status": (result or {}).get("status"),
         "reason": (result or {}).get("reason"),
+        "state": state,
+        "delivery": delivery,
         "attempt": attempt,
+        "retrieval_id": str(retrieval_id),
     }

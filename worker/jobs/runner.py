@@ -23,6 +23,7 @@ from worker.jobs import (
     claim_group,
     confine,
     extract_pool,
+    flower_tasks,
     freshness,
     notify,
     replay,
@@ -207,7 +208,7 @@ def _run_next_batch() -> dict[str, Any] | None:
         log.info("claim_skipped", lane="batch")
         return None
     structlog.contextvars.bind_contextvars(retrieval_id=str(claimed[0].retrieval_id))
-    return run_claim(*claimed)
+    return flower_tasks.listed(claimed[0].retrieval_id, lambda: run_claim(*claimed))
 
 
 def _claim_looking_up(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from worker.jobs import flower_tasks
 from worker.jobs.celery_app import RETRIEVE_NEXT_TASK, RETRIEVE_TASK, SWEEP_TASK, app
 from worker.jobs.runner import run_next_batch, run_retrieval
 from worker.jobs.sweep import run_sweep
@@ -18,8 +19,9 @@ def retrieve(retrieval_id: str) -> dict[str, Any]:
 
 @app.task(name=RETRIEVE_NEXT_TASK)
 def retrieve_next() -> dict[str, Any] | None:
-    """Claim the next batch retrieval (round-robin across workspaces), fetch, extract, settle."""
-    return run_next_batch()
+    """Claim the next batch retrieval (round-robin across workspaces), fetch, extract, settle;
+    return its outcome (the retrievals it ran after it are listed on their own)."""
+    return flower_tasks.delivered_outcome(run_next_batch())
 
 
 # No task events for the sweep: one every few seconds would bury the retrievals in Flower's
