@@ -30,6 +30,9 @@ from worker.settings import get_settings
 API = "/research-api"
 #: Routes answering a few ids or a small object.
 SMALL = Bounds(max_bytes=16 * 1024, max_values=64)
+#: A webhook endpoint: a URL of up to 2 048 and a description of up to 500 characters, each of
+#: which JSON may spell as a 12-byte surrogate-pair escape, so a schema-valid body reaches 30 KB.
+WEBHOOK = Bounds(max_bytes=64 * 1024, max_values=64)
 #: `chunks/get` and `images/get`: an opaque id of any length (a long one is a miss), and
 #: unknown fields are allowed (and ignored) there.
 OPAQUE_ID = Bounds(max_bytes=64 * 1024, max_values=128, max_string_chars=64 * 1024)
@@ -66,8 +69,8 @@ ROUTES: dict[tuple[str, str], Bounds] = {
     ("POST", f"{API}/briefs/revise"): BRIEF,
     ("POST", f"{API}/briefs/review"): SMALL,
     ("POST", f"{API}/briefs/archive"): SMALL,
-    ("POST", f"{API}/webhooks"): SMALL,
-    ("PATCH", f"{API}/webhooks/{{webhook_id}}"): SMALL,
+    ("POST", f"{API}/webhooks"): WEBHOOK,
+    ("PATCH", f"{API}/webhooks/{{webhook_id}}"): WEBHOOK,
 }
 
 

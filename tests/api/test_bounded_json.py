@@ -184,8 +184,29 @@ class TestRouteBounds:
             "mutation_id": str(uuid.uuid4()),
         }
         parse(json.dumps(body).encode(), bounded_bodies.SMALL)
-        search = {"workspace_id": str(uuid.uuid4()), "query": "é" * 1000, "limit": 50}
+        # json.dumps escapes each astral character as a 12-byte surrogate pair: the worst case.
+        search = {"workspace_id": str(uuid.uuid4()), "query": "😀" * 1000, "limit": 50}
         parse(json.dumps(search).encode(), bounded_bodies.SMALL)
+
+    def test_the_largest_webhook_body_fits(self) -> None:
+        """Every string at its schema's limit, each character escaped at its longest."""
+        from api.webhook_schemas import MAX_DESCRIPTION_CHARS, MAX_WEBHOOK_URL_CHARS
+
+        events = ["retrieval.settled"] * 8
+        body = {
+            "workspace_id": str(uuid.uuid4()),
+            "url": "https://example.org/" + "😀" * (MAX_WEBHOOK_URL_CHARS - 20),
+            "events": events,
+            "description": "😀" * MAX_DESCRIPTION_CHARS,
+        }
+        for route in (
+            ("POST", f"{bounded_bodies.API}/webhooks"),
+            (
+                "PATCH",
+                f"{bounded_bodies.API}/webhooks/{{webhook_id}}",
+            ),
+        ):
+            parse(json.dumps(body).encode(), bounded_bodies.ROUTES[route])
 
 
 class TestDecimal:
