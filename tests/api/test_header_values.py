@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
+import httpx
 import pytest
 
 from tests.support.factories import Api, body, check_envelope
@@ -20,9 +22,35 @@ def wire(value: str) -> bytes:
         return value.encode()
 
 
+@pytest.mark.parametrize("wait", ["²", "¹", "³", "٣"])
+def test_prefer_wait_malformed_is_no_preference(api: Api, workspace: uuid.UUID, wait: str) -> None:
+    """A retrieval that exists, so the preference is read: a wait that is not ASCII digits is
+    no preference (answered at once, none applied), never a 500."""
+    created = api.client.post(
+        "/research-api/evidence/retrieve",
+        json=body("https://example.org/", workspace),
+        headers=api.headers,
+    )
+    assert created.status_code == 202, created.text
+    retrieval_id = created.json()["retrieval"]["id"]
+    response = asyncio.run(raw_get(f"/research-api/evidence/retrievals/{retrieval_id}", api, wait))
+    assert response.status_code == 200, response.text
+    assert "Preference-Applied" not in response.headers
+
+
+async def raw_get(path: str, api: Api, wait: str) -> httpx.Response:
+    """GET with `Prefer: wait=<wait>` as the Latin-1 bytes a server receives. The test client
+    re-encodes header text as UTF-8 (b"\xb2" would arrive as "Â²"); the ASGI transport hands
+    the app the raw bytes, as uvicorn does."""
+    from api.http.app import app
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        return await client.get(path, headers={**api.headers, "Prefer": wire(f"wait={wait}")})
+
+
 @pytest.mark.parametrize("wait", ["²", "¹", "³", "٣", HUGE, "0" * 5000 + "1"])
-def test_prefer_wait_never_500(api: Api, wait: str) -> None:
-    """An unknown id: 404 at once whatever the wait (a malformed one is no preference)."""
+def test_prefer_wait_on_an_unknown_id_is_404(api: Api, wait: str) -> None:
     response = api.client.get(
         f"/research-api/evidence/retrievals/{uuid.uuid4()}",
         headers={**api.headers, "Prefer": wire(f"wait={wait}")},
