@@ -16,6 +16,7 @@ from tests.conftest import Env, Services
 from tests.support.factories import Api, body, cancel_open, make_key, parked
 from tests.support.pages import article, slow
 from tests.support.services import Process
+from tests.support.slowdown import scaled
 from tests.support.tls_site import Page, TLSSite, send
 from worker.jobs.celery_app import (
     BATCH_QUEUE,
@@ -177,8 +178,9 @@ class TestInteractiveFirstAtTheGates:
             ]
             single_ids = [s["retrieval"]["id"] for s in singles]
             wait_running(agent, single_ids, self.SINGLES)
-            # Claimed: their threads reach the gate within milliseconds; give them a moment.
-            time.sleep(1.0)
+            # Claimed: their threads reach the gate within milliseconds; give them a moment
+            # (longer on a busy machine).
+            time.sleep(scaled(1.0))
             turnstile.release.set()
             for retrieval_id in single_ids:
                 assert agent.wait(retrieval_id, timeout=60)["state"] == "completed"
