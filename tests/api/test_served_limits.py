@@ -14,6 +14,7 @@ import pytest
 from api.http.serving import FD_RESERVE, HEADROOM, plan_limits
 from tests.conftest import Env
 from tests.support.served import port_of, raw_request, served_api, status_of
+from tests.support.slowdown import scaled
 
 #: The served process may hold this many descriptors; the flood opens more connections.
 NOFILE = 256
@@ -23,7 +24,9 @@ HEADER_TIMEOUT = 2.0
 BODY_TIMEOUT = 2.0
 KEEPALIVE = 1
 #: What a request may take while the flood is on (generous; the bug was forever).
-PROMPT = 2.0
+PROMPT = scaled(2.0)
+#: How late past its deadline the server may close a stale connection.
+LATE = scaled(3.0)
 
 
 class TestPlanLimits:
@@ -95,14 +98,14 @@ def test_flood_of_half_sent_requests(api_url: str) -> None:
     try:
         for _ in range(3):
             start = time.monotonic()
-            response = httpx.get(f"{api_url}/healthz", timeout=10)
+            response = httpx.get(f"{api_url}/healthz", timeout=PROMPT + 10)
             assert response.status_code in (200, 503), response.text
             assert time.monotonic() - start < PROMPT
         still_open = [sock for sock in flood if not closed_by_server(sock, 0.01)]
         if time.monotonic() - opened < HEADER_TIMEOUT - 0.5:
             assert still_open, "half-sent connections are kept until their deadline"
         for sock in still_open:
-            assert closed_by_server(sock, HEADER_TIMEOUT + 3), "a stale connection stayed open"
+            assert closed_by_server(sock, HEADER_TIMEOUT + LATE), "a stale connection stayed open"
     finally:
         for sock in flood:
             sock.close()
@@ -117,7 +120,7 @@ def test_half_sent_body_times_out(api_url: str) -> None:
             b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"url":'
         )
         start = time.monotonic()
-        assert closed_by_server(sock, BODY_TIMEOUT + 3)
+        assert closed_by_server(sock, BODY_TIMEOUT + LATE)
         assert time.monotonic() - start > BODY_TIMEOUT - 0.5
 
 
