@@ -7,8 +7,10 @@ import uuid
 
 import pytest
 
+from tests.conftest import Env
 from tests.support.factories import Api, body, cancel_open, check_envelope, make_key
 from tests.support.pages import article
+from tests.support.slowdown import scaled
 from tests.support.tls_site import TLSSite
 
 pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services")]
@@ -86,8 +88,11 @@ class TestBatchRetrieve:
         ids = [r["retrieval"]["id"] for r in results]
         assert lanes_of(ids) == {"batch"}
         done = [api.wait(i) for i in ids]
+        # Each settled from its own page: a result without a source URL is one that never got
+        # a response (a bound ran out first), so say which.
+        outcomes = [(d["state"], d["result"] and d["result"]["status"]) for d in done]
+        assert outcomes == [("completed", "ready")] * 5, [d["result"] for d in done]
         assert [d["result"]["provenance"]["source_url"] for d in done] == urls
-        assert {d["state"] for d in done} == {"completed"}
 
     def test_one_bad_item_never_rejects_the_others(
         self, api: Api, http: object, page: str, workspace: uuid.UUID
@@ -137,16 +142,20 @@ class TestBatchRetrieve:
         assert single.status_code == 200
         assert single.json()["retrieval"]["id"] == first[1]["retrieval"]["id"]
 
-    def test_a_thousand_items(self, api: Api, workspace: uuid.UUID, site: TLSSite) -> None:
+    def test_a_thousand_items(self, api: Api, workspace: uuid.UUID, env: Env) -> None:
         """1 000 items in one request: 1 000 results in order, one row each, all readable."""
-        items = [body(f"{site.url('/thousand')}/{n}", workspace) for n in range(1000)]
+        # On a path robots.txt disallows: what the worker does with them is settled without a
+        # request, so they hold none of the shared site's per-host slots from later tests.
+        robots_site = env.robots_site
+        items = [body(robots_site.url(f"/private/thousand/{n}"), workspace) for n in range(1000)]
         started = time.monotonic()
         response = api.batch(items)
         elapsed = time.monotonic() - started
         results = response.json()["results"]
         assert [r["status"] for r in results] == [202] * 1000
         assert [r["retrieval"]["mutation_id"] for r in results] == [i["mutation_id"] for i in items]
-        assert elapsed < 30, elapsed  # coarse: one transaction, one publish pipeline
+        # Coarse, only a hang: one transaction, one publish pipeline (speed: bench/).
+        assert elapsed < scaled(30), elapsed
         ids = [r["retrieval"]["id"] for r in results]
         assert len(set(ids)) == 1000 and count_rows(workspace) == 1000
         found = api.batch_get(ids).json()["retrievals"]
