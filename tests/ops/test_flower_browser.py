@@ -131,6 +131,9 @@ class TestTaskListInABrowser:
             for rid in ast.literal_eval(row["args"] or "[]"):
                 by_rid.setdefault(rid, []).append(row)
 
+        # A batch message's own row names the retrieval it claimed, as a single's does.
+        unnamed = [r for r in rows if len(ast.literal_eval(r["args"] or "[]")) != 1]
+        assert not unnamed, f"rows without their retrieval id: {unnamed}"
         missing = sorted(rid for rid in lanes if rid not in by_rid)
         assert not missing, f"{len(missing)} of {len(lanes)} retrievals not listed: {rows}"
         for rid, lane in lanes.items():
