@@ -181,9 +181,12 @@ LOG_TAIL_LINES = 80
 
 
 def _ping_worker() -> bool:
+    """Whether a worker answers a ping, asked on a connection of its own: a test that
+    restarted Redis leaves this process's pooled broker connections dead."""
     from worker.jobs.celery_app import app
 
-    return bool(app.control.ping(timeout=0.5))
+    with app.connection_for_write() as connection:
+        return bool(app.control.ping(timeout=0.5, connection=connection))
 
 
 class Services:
