@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 
 import httpx
@@ -13,6 +14,7 @@ import pytest
 
 from api.http.serving import FD_RESERVE, HEADROOM, plan_limits
 from tests.conftest import Env
+from tests.support.factories import make_key
 from tests.support.served import port_of, raw_request, served_api, status_of
 from tests.support.slowdown import scaled
 
@@ -113,11 +115,14 @@ def test_flood_of_half_sent_requests(api_url: str) -> None:
 
 
 def test_half_sent_body_times_out(api_url: str) -> None:
-    """A body that stops arriving is cut off after the body deadline."""
+    """A body that stops arriving is cut off after the body deadline. (With a valid key: a
+    keyless request is answered 401 before its body is read.)"""
+    key = make_key([uuid.uuid4()])
     with socket.create_connection(("127.0.0.1", port_of(api_url)), timeout=5) as sock:
         sock.sendall(
             b"POST /research-api/evidence/retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"url":'
+            + f"Authorization: Bearer {key}\r\n".encode()
+            + b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"url":'
         )
         start = time.monotonic()
         assert closed_by_server(sock, BODY_TIMEOUT + LATE)
