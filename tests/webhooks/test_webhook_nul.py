@@ -15,6 +15,8 @@ import pytest
 from tests.support.services import wait_for
 from tests.support.webhook_receiver import Inbox
 from tests.webhooks.support import Hooks
+from worker.settings import get_settings
+from worker.webhooks.policy import JITTER
 
 pytestmark = pytest.mark.usefixtures("services")
 
@@ -26,20 +28,31 @@ def test_nul_in_a_receivers_answer_is_recorded_and_backs_off(
     inbox.answer(500, b"\x00boom\x00")
     retrieval_id = settle("cancelled")
 
+    def between(delivery: dict[str, Any]) -> tuple[datetime, datetime]:
+        due, last = (
+            datetime.fromisoformat(delivery[k]) for k in ("next_attempt_at", "last_attempt_at")
+        )
+        return due, last
+
     def failed_twice() -> dict[str, Any] | None:
+        """The delivery after its second or a later failure was recorded, read between two
+        attempts (while one is being sent, `last_attempt_at` is already past the old due)."""
         for delivery in hooks.deliveries(webhook_id):
-            if delivery["retrieval_id"] == retrieval_id and delivery["attempts"] >= 2:
-                return delivery if delivery["last_error"] is not None else None
+            if delivery["retrieval_id"] != retrieval_id or delivery["attempts"] < 2:
+                continue
+            if delivery["last_error"] is None or delivery["next_attempt_at"] is None:
+                continue
+            due, last = between(delivery)
+            return delivery if due > last else None
         return None
 
-    delivery: dict[str, Any] = wait_for(failed_twice, timeout=30, interval=0.2)  # type: ignore[assignment]
+    delivery: dict[str, Any] = wait_for(failed_twice, timeout=30, interval=0.1)  # type: ignore[assignment]
     assert delivery["state"] == "pending" and delivery["last_status"] == 500
     assert delivery["last_error"] == "HTTP 500: \ufffdboom\ufffd"
-    # Backed off: the next attempt is due after the last one, not re-sent at once.
-    due, last = (
-        datetime.fromisoformat(delivery[k]) for k in ("next_attempt_at", "last_attempt_at")
-    )
-    assert due > last
+    # Backed off: the next attempt is due at least the schedule's least delay after the last.
+    due, last = between(delivery)
+    least = get_settings().webhook_retry_base_seconds * (1 - JITTER)
+    assert (due - last).total_seconds() >= least - 0.01
 
     def disabled() -> dict[str, Any] | None:
         webhook = hooks.call("GET", f"/{webhook_id}").json()["webhook"]
