@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -146,3 +147,37 @@ def read_stats() -> FetchStats | None:
         )
     except (redis.RedisError, OSError):
         return None
+
+
+class PairCounts:
+    """Counters of the fleet keyed by a pair of labels (`first|second`), in one Redis hash.
+
+    `add` never raises: Redis trouble is logged, then Redis is left alone for QUIET_SECONDS.
+    """
+
+    def __init__(self, key: str, valid: Callable[[str, str], bool]) -> None:
+        self.key, self.valid = key, valid
+        self._quiet_until = 0.0
+
+    def add(self, first: str, second: str) -> None:
+        if time.monotonic() < self._quiet_until:
+            return
+        try:
+            redis_client().hincrby(self.key, f"{first}|{second}", 1)
+        except (redis.RedisError, OSError) as exc:
+            self._quiet_until = time.monotonic() + QUIET_SECONDS
+            log.warning("metrics_redis_unavailable", error=type(exc).__name__)
+
+    def read(self) -> dict[tuple[str, str], int] | None:
+        """The counts by pair (only pairs `valid` accepts), or None when Redis cannot be read."""
+        try:
+            raw = cast("dict[bytes | str, bytes | str]", redis_client().hgetall(self.key))
+        except (redis.RedisError, OSError):
+            return None
+        counts: dict[tuple[str, str], int] = {}
+        for name, value in raw.items():
+            text = name.decode() if isinstance(name, bytes) else name
+            first, _, second = text.partition("|")
+            if self.valid(first, second):
+                counts[(first, second)] = int(value)
+        return counts

@@ -19,11 +19,9 @@ as `evidence_confined_failures_total`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-import redis
 import structlog
 from prometheus_client import Counter
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -54,7 +52,9 @@ FAILURES = Counter(
 #: The Redis hash of the fleet's counts (`path|outcome`).
 METRICS_KEY = "evidence:metrics:confined"
 
-_quiet_until = 0.0
+_COUNTS = fleet_metrics.PairCounts(
+    METRICS_KEY, lambda path, outcome: path in PATHS and outcome in OUTCOMES
+)
 
 
 def group_wide(exc: BaseException) -> bool:
@@ -67,7 +67,6 @@ def group_wide(exc: BaseException) -> bool:
 
 def record(path: str, outcome: str, error: BaseException | None = None, **fields: Any) -> None:
     """Log and count one confined failure; never raises (Redis trouble is logged once a while)."""
-    global _quiet_until
     log.warning(
         "failure_confined",
         path=path,
@@ -76,31 +75,12 @@ def record(path: str, outcome: str, error: BaseException | None = None, **fields
         **fields,
     )
     FAILURES.labels(path, outcome).inc()
-    if time.monotonic() < _quiet_until:
-        return
-    try:
-        fleet_metrics.redis_client().hincrby(METRICS_KEY, f"{path}|{outcome}", 1)
-    except (redis.RedisError, OSError) as exc:
-        _quiet_until = time.monotonic() + fleet_metrics.QUIET_SECONDS
-        log.warning("metrics_redis_unavailable", error=type(exc).__name__)
+    _COUNTS.add(path, outcome)
 
 
 def read() -> dict[tuple[str, str], int] | None:
     """The fleet's counts by (path, outcome), or None when Redis cannot be read now."""
-    try:
-        raw = cast(
-            "dict[bytes | str, bytes | str]",
-            fleet_metrics.redis_client().hgetall(METRICS_KEY),
-        )
-    except (redis.RedisError, OSError):
-        return None
-    counts: dict[tuple[str, str], int] = {}
-    for key, value in raw.items():
-        text = key.decode() if isinstance(key, bytes) else key
-        path, _, outcome = text.partition("|")
-        if path in PATHS and outcome in OUTCOMES:
-            counts[(path, outcome)] = int(value)
-    return counts
+    return _COUNTS.read()
 
 
 def url_usable(url: str) -> bool:
