@@ -165,25 +165,11 @@ class TestRouteBounds:
         assert parse(data, BRIEF) == body
 
     def test_the_largest_batch_fits(self) -> None:
-        item = {
-            "url": "https://example.org/" + "a" * 2028,
-            "kind": "published_captions",
-            "language": "a" * 35,
-            "workspace_id": str(uuid.uuid4()),
-            "mutation_id": str(uuid.uuid4()),
-        }
-        body = {"items": [item] * 1000}
+        body = {"items": [largest_retrieve_body()] * 1000}
         assert parse(json.dumps(body).encode(), BATCH) == body
 
     def test_small_routes_fit_their_bodies(self) -> None:
-        body = {
-            "url": "https://example.org/" + "a" * 2028,
-            "kind": "published_captions",
-            "language": "a" * 35,
-            "workspace_id": str(uuid.uuid4()),
-            "mutation_id": str(uuid.uuid4()),
-        }
-        parse(json.dumps(body).encode(), bounded_bodies.SMALL)
+        parse(json.dumps(largest_retrieve_body()).encode(), bounded_bodies.SMALL)
         # json.dumps escapes each astral character as a 12-byte surrogate pair: the worst case.
         search = {"workspace_id": str(uuid.uuid4()), "query": "😀" * 1000, "limit": 50}
         parse(json.dumps(search).encode(), bounded_bodies.SMALL)
@@ -207,6 +193,17 @@ class TestRouteBounds:
             ),
         ):
             parse(json.dumps(body).encode(), bounded_bodies.ROUTES[route])
+
+
+def largest_retrieve_body() -> dict[str, str]:
+    """A retrieve body with every field at its schema's limit (a URL of 2 048 characters)."""
+    return {
+        "url": "https://example.org/" + "a" * 2028,
+        "kind": "published_captions",
+        "language": "a" * 35,
+        "workspace_id": str(uuid.uuid4()),
+        "mutation_id": str(uuid.uuid4()),
+    }
 
 
 class TestDecimal:
