@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from api.errors import not_entitled
-from worker import clock
+from worker.domain import clock
 from worker.store import db, keys
 from worker.store.models import ApiKey
 

@@ -17,7 +17,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from worker.settings import get_settings
+from worker.platform.settings import get_settings
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """Request bodies, validated exactly as `evidence_retrieve.input.json` says; batch envelopes.
 
 One rule goes further than the schema's `format: uri`: a `url` must also parse by the WHATWG URL
-Standard with a host (`worker.urls`), the parser every later step reads it with.
+Standard with a host (`worker.domain.urls`), the parser every later step reads it with.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pydantic import (
     field_validator,
 )
 
-from worker import urls
+from worker.domain import urls
 
 # Checked with `fullmatch`, never `match` against a `$`: Python's `$` also matches before a
 # final newline, so "<uuid>\n" would pass the check and then fail `uuid.UUID()` as a 500.

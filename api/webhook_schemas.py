@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from api.schemas import UuidText
-from worker.settings import get_settings
+from worker.platform.settings import get_settings
 from worker.webhooks import policy
 
 #: Longest endpoint URL, in characters.

@@ -1,6 +1,6 @@
 """CPU one hostile body costs the API before and after bounding bodies (`make`-free: run it as
 `.venv/bin/python -m bench.bombs`). In process, no server: "before" is what FastAPI (or the MCP
-SDK) did with the body, "after" what `api.bounded_json` does before either sees it. Bodies over
+SDK) did with the body, "after" what `api.serving.bounded_json` does before either sees it. Bodies over
 a route's byte bound, and keyless bodies, are now answered before a byte is parsed (0 ms).
 """
 
@@ -14,11 +14,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from api.bounded_json import Bounds, Refused, parse
-from api.http.bounded_bodies import BATCH, BRIEF
 from api.mcp.server import MESSAGE_BOUNDS
 from api.read_schemas import BriefCreateRequest
 from api.schemas import RetrieveRequest
+from api.serving.bounded_bodies import BATCH, BRIEF
+from api.serving.bounded_json import Bounds, Refused, parse
 
 ROUNDS = 3
 

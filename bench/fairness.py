@@ -49,7 +49,7 @@ TARGET_WORST_SECONDS = 15.0
 
 def default_worker_in_flight() -> int:
     """`evidence worker`'s default: retrievals in flight in its one threads-pool process."""
-    from worker.settings import get_settings
+    from worker.platform.settings import get_settings
 
     return get_settings().worker_in_flight
 

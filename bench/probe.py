@@ -61,9 +61,9 @@ def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 @signals.worker_init.connect
 def _install(**_: Any) -> None:
     """Wrap the content steps in the worker process (a prefork pool's children inherit it)."""
-    from worker.content import pipeline
     from worker.fetch import fetcher, politeness
-    from worker.jobs import runner
+    from worker.retrieval import pipeline
+    from worker.retrieval import run as runner
     from worker.store import db
 
     fetcher.Fetcher.fetch = timed("fetch", fetcher.Fetcher.fetch)  # type: ignore[method-assign]
@@ -123,6 +123,6 @@ def read_totals(directory: Path) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    from api.cli import app
+    from api.cli.main import app
 
     app(prog_name="evidence")

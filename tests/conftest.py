@@ -317,7 +317,7 @@ def own_database(env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
     (`db.get_engine`) while it runs; its URL. For tests whose rows the session's sweep and
     worker must not touch (they publish and claim any pending row of the suite's database)."""
     from tests.support.databases import fresh_database
-    from worker.settings import get_settings
+    from worker.platform.settings import get_settings
     from worker.store import db
     from worker.store.migrate import upgrade
 

@@ -9,14 +9,14 @@ from fastapi_offline import FastAPIOffline
 
 from api import errors
 from api.http import metrics, openapi
-from api.http.body_limit import BodyLimit
-from api.http.bounded_bodies import BoundedBodies, api_rule
 from api.http.deps import principal_for
 from api.http.middleware import RequestMetrics
 from api.http.routes import briefs, chunks, evidence, health, images, retrievals, webhooks
 from api.services import image_fetch, waiters
 from api.services import retrievals as retrieval_service
-from worker import heap
+from api.serving.body_limit import BodyLimit
+from api.serving.bounded_bodies import BoundedBodies, api_rule
+from worker.platform import heap
 
 #: Longest the API waits at start for its warm-up before taking requests anyway.
 WARM_UP_SECONDS = 10
@@ -90,11 +90,11 @@ def served_app() -> FastAPI:
     uvicorn imports the app anew in each worker process (`--workers N`), where the command's
     own logging setup never ran: those processes logged every request in structlog's default
     console format, at INFO whatever EVIDENCE_LOG_LEVEL said, and without the redaction step.
-    Each process then claims its CPU (`api.http.cpu_claims`).
+    Each process then claims its CPU (`api.serving.cpu_claims`).
     """
-    from api.http import cpu_claims
-    from worker import logs
-    from worker.settings import get_settings
+    from api.serving import cpu_claims
+    from worker.platform import logs
+    from worker.platform.settings import get_settings
 
     settings = get_settings()
     logs.configure(settings.log_level, settings.log_json)

@@ -41,13 +41,15 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from api.http.webhook_metrics import WebhookCollector
-from worker import clock
+from worker.domain import clock
+from worker.domain.states import RetrievalState as S
 from worker.fetch import fleet_metrics as fetch_metrics
-from worker.fetch import freshness_metrics
-from worker.jobs import confine, outbox
+from worker.freshness import metrics as freshness_metrics
+from worker.jobs import outbox
 from worker.jobs.celery_app import LANE_QUEUES
-from worker.states import RetrievalState as S
-from worker.store import db, retrievals
+from worker.platform import confine
+from worker.retrieval import records as retrievals
+from worker.store import db
 from worker.store.models import LANES
 
 #: Seconds a scrape's database/broker/Redis reads are reused for (0 = always fresh).
@@ -279,7 +281,7 @@ def _confined_family(counts: dict[tuple[str, str], int]) -> Metric:
     family = CounterMetricFamily(
         "evidence_confined_failures",
         "Failures about one item confined to it while the rest of its group went on "
-        "(`worker.jobs.confine`), by path and what became of the item.",
+        "(`worker.platform.confine`), by path and what became of the item.",
         labels=["path", "outcome"],
     )
     for (path, outcome), count in sorted(counts.items()):

@@ -17,8 +17,8 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 
 from worker.store import db
-from worker.store import webhooks as store
 from worker.webhooks import metrics as attempt_metrics
+from worker.webhooks import records as store
 
 
 class WebhookCollector(Collector):

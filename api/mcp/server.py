@@ -28,14 +28,14 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import Principal, authenticate
-from api.bounded_json import Bounds
 from api.errors import ApiError, envelope
-from api.http.body_limit import BodyLimit
-from api.http.bounded_bodies import BoundedBodies, Rule
 from api.http.deps import principal_for
 from api.mcp import read_tools  # noqa: F401  (registers the read-side tools)
 from api.mcp.tools import REGISTRY, ToolSpec, parse_arguments
-from worker.settings import get_settings
+from api.serving.body_limit import BodyLimit
+from api.serving.bounded_bodies import BoundedBodies, Rule
+from api.serving.bounded_json import Bounds
+from worker.platform.settings import get_settings
 from worker.store import db
 
 log = structlog.get_logger(__name__)
@@ -235,6 +235,6 @@ class NoStandaloneStream:
 
 def run_http(host: str, port: int) -> None:
     """Serve MCP over streamable HTTP at http://HOST:PORT/mcp."""
-    from api.http import serving
+    from api.serving import server as serving
 
     serving.run(http_app(host), host=host, port=port, log_level="warning")

@@ -24,15 +24,15 @@ from pydantic import BaseModel
 from pydantic import ValidationError as ModelValidationError
 
 from api.auth import Principal
-from api.bounded_json import Bounds, Refused, check
 from api.errors import ApiError, invalid_input, validation_error
 from api.schema_check import input_validator
 from api.schemas import RetrieveRequest
 from api.services import retrievals, waiters
-from api.services.payloads import RetrievalPayload
+from api.services.evidence_payload import RetrievalPayload
+from api.serving.bounded_json import Bounds, Refused, check
 from worker import contract
-from worker.settings import get_settings
-from worker.states import OPEN_STATES
+from worker.domain.states import OPEN_STATES
+from worker.platform.settings import get_settings
 from worker.store import db
 
 #: A tool answers its contract's output document (a TypedDict where one is declared).

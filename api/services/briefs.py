@@ -22,7 +22,7 @@ from api.read_schemas import (
     BriefReviewRequest,
     BriefReviseRequest,
 )
-from worker import clock
+from worker.domain import clock
 from worker.store import briefs as brief_store
 from worker.store import db
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from api.errors import ApiError, invalid_input
-from api.header_values import decimal
+from api.serving.header_values import decimal
 
 FIELD = "Cache-Control"
 #: Windows longer than this are this long (an INTEGER column holds it; 68 years is forever).

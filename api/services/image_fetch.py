@@ -36,7 +36,7 @@ from api.http.deps import read_only_session
 from api.read_schemas import ImageGetRequest
 from api.services import read
 from worker.fetch.image_bytes import ImageUnavailable, fetch_image
-from worker.settings import get_settings
+from worker.platform.settings import get_settings
 
 #: Retry-After (seconds) when an image's bytes could not be fetched.
 IMAGE_RETRY_AFTER_SECONDS = 30
@@ -98,14 +98,14 @@ def _unavailable(exc: ImageUnavailable) -> ApiError:
 
 
 def _fetch(url: str, timeout: float) -> tuple[bytes, str]:
-    from worker.jobs.runner import get_fetcher
+    from worker.retrieval.run import get_fetcher
 
     return fetch_image(get_fetcher(), url, total_seconds=timeout)
 
 
 def close_image_fetcher() -> None:
     """Close the fetcher image bytes came through (pooled TLS connections, a Redis client)."""
-    from worker.jobs.runner import close_fetcher
+    from worker.retrieval.run import close_fetcher
 
     close_fetcher()
 

@@ -20,18 +20,21 @@ from api.auth import Principal, authenticate
 from api.errors import ApiError, invalid_input, not_found
 from api.http.metrics import RETRIEVALS_CREATED
 from api.schemas import RetrieveRequest
-from api.services import quotas
-from api.services.payloads import (
+from api.services import admission as quotas
+from api.services.evidence_payload import (
     RetrievalDoc,
     RetrievalPayload,
     evidence_payload,
     retrieval_payload,
 )
-from worker import clock
-from worker.jobs import notify, outbox
-from worker.settings import get_settings
-from worker.states import RetrievalState as S
-from worker.store import db, retrievals, single_retrieval, sources
+from worker.domain import clock
+from worker.domain.states import RetrievalState as S
+from worker.freshness import sources
+from worker.jobs import outbox
+from worker.platform.settings import get_settings
+from worker.retrieval import notify, single_retrieval
+from worker.retrieval import records as retrievals
+from worker.store import db
 from worker.store import evidence as evidence_store
 from worker.store.models import LANE_INTERACTIVE
 

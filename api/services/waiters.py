@@ -1,7 +1,7 @@
 """Waiting for retrievals to settle without holding a thread: one Redis subscriber per loop.
 
 Every path that settles a retrieval announces its id on Redis pub/sub after the commit
-(`worker.jobs.notify`). Each API process (each event loop, exactly) keeps one subscription to
+(`worker.retrieval.notify`). Each API process (each event loop, exactly) keeps one subscription to
 that channel and fans the ids out to the asyncio waiters registered for them. A waiter is an
 `asyncio.Event` per request: waiting costs no thread, no timer per request and no database
 read until something happens; the database is read once at the start, once per wake-up, and
@@ -25,9 +25,9 @@ import redis.asyncio
 import structlog
 from starlette.concurrency import run_in_threadpool
 
-from api.header_values import decimal
-from worker.jobs import notify
-from worker.settings import get_settings
+from api.serving.header_values import decimal
+from worker.platform.settings import get_settings
+from worker.retrieval import notify
 
 log = structlog.get_logger(__name__)
 P = TypeVar("P")

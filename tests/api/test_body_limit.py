@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from api.http.body_limit import declared_length
+from api.serving.body_limit import declared_length
 from tests.conftest import Env
 from tests.read.test_read_e2e import story
 from tests.support.factories import Api, check_envelope, make_key
@@ -21,7 +21,7 @@ from tests.support.read_client import ReadApi
 from tests.support.read_schemas import validate_brief
 from tests.support.served import json_of, port_of, raw_request, read_until_closed, served_api
 from tests.support.tls_site import TLSSite
-from worker.settings import Settings
+from worker.platform.settings import Settings
 
 MAX_SAFE_INTEGER = 9_007_199_254_740_991
 #: A BMP letter outside ASCII: Python's json.dumps (ensure_ascii) writes each as six bytes.

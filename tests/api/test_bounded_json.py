@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.bounded_json import NOT_JSON, Bounds, Refused, check, field_name, parse
-from api.header_values import decimal
-from api.http import bounded_bodies
-from api.http.bounded_bodies import BATCH, BRIEF, ROUTES, api_rule
 from api.services.cache_control import MAX_AGE_CAP_SECONDS, parse_max_age
 from api.services.waiters import MAX_WAIT_SECONDS, parse_prefer_wait
+from api.serving import bounded_bodies
+from api.serving.bounded_bodies import BATCH, BRIEF, ROUTES, api_rule
+from api.serving.bounded_json import NOT_JSON, Bounds, Refused, check, field_name, parse
+from api.serving.header_values import decimal
 from tests.api.test_body_limit import MAX_SAFE_INTEGER, largest_brief
-from worker.safe_text import first_refused, storable
+from worker.domain.safe_text import first_refused, storable
 
 TIGHT = Bounds(max_bytes=1000, max_values=10, max_depth=3, max_keys=3, max_string_chars=5)
 
@@ -259,7 +259,7 @@ class TestHeaders:
         assert parse_max_age(['no-cache, max-age="5"']) == 5
 
     def test_content_length(self) -> None:
-        from api.http.body_limit import declared_length
+        from api.serving.body_limit import declared_length
 
         def of(value: bytes) -> int | None:
             return declared_length({"type": "http", "headers": [(b"content-length", value)]})

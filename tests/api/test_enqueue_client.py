@@ -23,8 +23,8 @@ from uuid import UUID
 import pytest
 from rich.console import Console
 
-from api.batch import enqueue
-from api.batch.enqueue import (
+from api.enqueue import client as enqueue
+from api.enqueue.client import (
     MIN_WATCHED,
     EnqueueOptions,
     RetryPolicy,
@@ -36,7 +36,7 @@ from api.batch.enqueue import (
     run_enqueue,
     watched_next,
 )
-from api.batch.input import mutation_id
+from api.enqueue.input import mutation_id
 from tests.support.fake_api import FakeApi
 from tests.support.slowdown import scaled
 

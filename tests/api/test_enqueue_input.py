@@ -9,7 +9,7 @@ from uuid import UUID
 
 import pytest
 
-from api.batch.input import (
+from api.enqueue.input import (
     MUTATION_NAMESPACE,
     InputError,
     Line,

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from api.services import quotas
-from api.services.quotas import Limits, RateLimiter, lease_size, shortfall_wait
+from api.services import admission as quotas
+from api.services.admission import Limits, RateLimiter, lease_size, shortfall_wait
 from tests.conftest import Env
 
 

@@ -56,7 +56,7 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 
 def _create_key(url: str) -> str:
     from api.auth import create_key
-    from worker import clock
+    from worker.domain import clock
     from worker.store import db
 
     engine = db.make_engine(url)

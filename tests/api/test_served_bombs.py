@@ -24,7 +24,7 @@ from tests.mcp import read_support as rs
 from tests.support.factories import check_envelope, make_key
 from tests.support.procfs import children, command_line
 from tests.support.served import serve, wait_for
-from worker.settings import Settings
+from worker.platform.settings import Settings
 
 API = "/research-api"
 #: Keys of the key bomb: 440 000 made 7.9 MB, under the 8 MiB body limit.
@@ -66,7 +66,7 @@ def valid_bodies(workspace: uuid.UUID) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def limit_of(method: str, path: str) -> int:
-    from api.http.bounded_bodies import api_rule
+    from api.serving.bounded_bodies import api_rule
 
     rule = api_rule({"method": method, "path": path})
     assert rule is not None

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from api.http.serving import FD_RESERVE, HEADROOM, plan_limits
+from api.serving.server import FD_RESERVE, HEADROOM, plan_limits
 from tests.conftest import Env
 from tests.support.factories import make_key
 from tests.support.served import port_of, raw_request, served_api, status_of

@@ -1017,7 +1017,7 @@ class TestGuardThroughWorker:
 
     def test_gzip_bomb_bounded_in_time(self, api: Api, workspace: uuid.UUID, site: TLSSite) -> None:
         """A 64 MiB gzip bomb ends as response_too_large well within the task's time limit."""
-        from worker.settings import get_settings
+        from worker.platform.settings import get_settings
 
         url = site.add(f"{P}/bomb.html", compression_bomb("gzip", 64 * 1024 * 1024))
         started = time.monotonic()

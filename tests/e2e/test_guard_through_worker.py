@@ -149,7 +149,7 @@ class TestGuardOutcomes:
         """The redirect to the metadata service passes the URL checks (scheme, port, host form);
         the worker logs that the metadata address rule refused it, for that retrieval."""
         from worker.fetch.guard import ParsedTarget, check_url
-        from worker.settings import get_settings
+        from worker.platform.settings import get_settings
 
         target = check_url(_metadata_url(site), get_settings().fetch_allowed_ports)
         assert isinstance(target, ParsedTarget), target
@@ -173,7 +173,7 @@ class TestGuardOutcomes:
         """Alone on the worker, a slow server ends at the fetch's own bound, not the task's."""
         from datetime import datetime
 
-        from worker.settings import get_settings
+        from worker.platform.settings import get_settings
 
         settings = get_settings()
         assert outcomes  # the routes are mounted

@@ -29,7 +29,7 @@ def history(http: object, workspace: uuid.UUID) -> History:
 
 @pytest.fixture
 def max_attempts() -> int:
-    from worker.settings import get_settings
+    from worker.platform.settings import get_settings
 
     return get_settings().max_attempts
 

@@ -54,7 +54,8 @@ def wait_running(history: History, retrieval_id: str, timeout: float = 20) -> No
 
 
 def attempt_of(retrieval_id: str) -> int:
-    from worker.store import db, retrievals
+    from worker.retrieval import records as retrievals
+    from worker.store import db
 
     with db.session_scope(readonly=True) as session:
         row = retrievals.get_retrieval(session, uuid.UUID(retrieval_id))
@@ -267,9 +268,10 @@ class TestBrokerFaults:
         self, history: History, pages, max_attempts: int
     ) -> None:
         """A task delivered after its retrieval was cancelled or expired claims nothing."""
-        from worker import clock
+        from worker.domain import clock
         from worker.jobs import outbox
-        from worker.store import db, retrievals
+        from worker.retrieval import records as retrievals
+        from worker.store import db
 
         url = pages()
         made = []
@@ -414,7 +416,7 @@ class TestExpiryAndCancel:
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         """Expired while its worker is stopped: after SIGCONT the late settle is refused."""
-        from worker.settings import get_settings
+        from worker.platform.settings import get_settings
 
         monkeypatch.setattr(get_settings(), "receipt_ttl_seconds", 3)
         payload = body(pages(slow_seconds=1), history.workspace)

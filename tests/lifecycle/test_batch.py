@@ -29,8 +29,9 @@ def unpublished(workspace: uuid.UUID, count: int) -> list[str]:
     """Retrievals recorded directly (never published: they stay pending while a test runs)."""
     from datetime import timedelta
 
-    from worker import clock
-    from worker.store import db, retrievals
+    from worker.domain import clock
+    from worker.retrieval import records as retrievals
+    from worker.store import db
 
     ids = []
     for _ in range(count):
@@ -80,7 +81,7 @@ class TestBatchRetrieve:
             for n in range(5)
         ]
         items = [body(url, workspace) for url in urls]
-        response = api.batch(items)
+        response = api.enqueue(items)
         assert response.status_code == 200
         results = response.json()["results"]
         assert [r["status"] for r in results] == [202] * 5
@@ -110,7 +111,7 @@ class TestBatchRetrieve:
             {**body(page, workspace), "colour": "blue"},
             body(page, workspace),
         ]
-        results = api.batch(items).json()["results"]
+        results = api.enqueue(items).json()["results"]
         assert [r["status"] for r in results] == [202, 400, 400, 403, 409, 200, 400, 202]
         assert results[1]["error"] == {
             "code": "invalid_input",
@@ -132,10 +133,10 @@ class TestBatchRetrieve:
         batch are one retrieval; a single POST of an item sees the batch's retrieval."""
         items = [body(page, workspace) for _ in range(3)]
         items.append(dict(items[0]))
-        first = api.batch(items).json()["results"]
+        first = api.enqueue(items).json()["results"]
         assert [r["status"] for r in first] == [202, 202, 202, 200]
         assert first[3]["retrieval"]["id"] == first[0]["retrieval"]["id"]
-        again = api.batch(items).json()["results"]
+        again = api.enqueue(items).json()["results"]
         assert [r["status"] for r in again] == [200] * 4
         assert [r["retrieval"]["id"] for r in again] == [r["retrieval"]["id"] for r in first]
         single = api.post(items[1])
@@ -149,7 +150,7 @@ class TestBatchRetrieve:
         robots_site = env.robots_site
         items = [body(robots_site.url(f"/private/thousand/{n}"), workspace) for n in range(1000)]
         started = time.monotonic()
-        response = api.batch(items)
+        response = api.enqueue(items)
         elapsed = time.monotonic() - started
         results = response.json()["results"]
         assert [r["status"] for r in results] == [202] * 1000

@@ -1,4 +1,4 @@
-"""A failure about one item is confined to it in every grouped path (`worker.jobs.confine`).
+"""A failure about one item is confined to it in every grouped path (`worker.platform.confine`).
 
 Each grouped path's own function, in this process, on a database of the test's own (run on
 PostgreSQL and SQLite): the claim group (`claim_group.take`), the grouped settle
@@ -22,14 +22,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session
 
-from worker import clock
 from worker.content.results import Content, content_result, failure_result
-from worker.fetch.conditional import RecordingFetcher
-from worker.jobs import claim_group, freshness, runner, settle_group, sweep
-from worker.reasons import Reason
-from worker.settings import get_settings
-from worker.store import db, retrievals, sources
-from worker.store.settles import SettleJob
+from worker.domain import clock
+from worker.domain.reasons import Reason
+from worker.freshness import revalidation as freshness
+from worker.freshness import sources
+from worker.freshness.conditional import RecordingFetcher
+from worker.jobs import sweep
+from worker.platform.settings import get_settings
+from worker.retrieval import claim_group, settle_group
+from worker.retrieval import records as retrievals
+from worker.retrieval import run as runner
+from worker.retrieval.settles import SettleJob
+from worker.store import db
 
 pytestmark = pytest.mark.lifecycle
 
@@ -287,7 +292,7 @@ class TestSweep:
         last attempt, some with malformed URLs and languages; writing chosen rows' outcome
         raises. Every other row is expired, re-pended or unconfirmed as if they were absent."""
         from worker.jobs import outbox
-        from worker.store import webhooks
+        from worker.webhooks import records as webhooks
 
         postgres = _postgres()
         max_attempts = get_settings().max_attempts

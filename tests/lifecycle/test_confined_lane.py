@@ -21,9 +21,10 @@ from sqlalchemy.orm import Session
 from tests.conftest import Env
 from tests.support.pages import article
 from tests.support.tls_site import TLSSite
-from worker import clock
+from worker.domain import clock
 from worker.jobs import outbox
-from worker.store import db, retrievals
+from worker.retrieval import records as retrievals
+from worker.store import db
 
 pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services")]
 

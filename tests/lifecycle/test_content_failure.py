@@ -26,9 +26,10 @@ SECRET = "exploded-on-the-secret-word-zanzibar"
 @pytest.fixture
 def stored(site: TLSSite, workspace: uuid.UUID) -> uuid.UUID:
     """A pending url_text retrieval of a fresh article (recorded, not handed to the broker)."""
-    from worker import clock
-    from worker.settings import get_settings
-    from worker.store import db, retrievals
+    from worker.domain import clock
+    from worker.platform.settings import get_settings
+    from worker.retrieval import records as retrievals
+    from worker.store import db
 
     url = site.page(f"/content-failure/{uuid.uuid4().hex}", article("Lakes"))
     request = retrievals.NewRetrieval(workspace, uuid.uuid4(), url, "url_text", None)
@@ -48,8 +49,9 @@ def test_unexpected_extraction_error_settles_on_first_attempt(
 ) -> None:
     """The extractor raising settles the first attempt as unsupported_content, text unleaked."""
     from worker.content import html
-    from worker.jobs import runner
-    from worker.store import db, retrievals
+    from worker.retrieval import records as retrievals
+    from worker.retrieval import run as runner
+    from worker.store import db
 
     def explode(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError(SECRET)

@@ -78,9 +78,10 @@ def run(
     max_age: int | None = None,
 ) -> str:
     """Record a retrieval no other worker will take, and run it here; its id."""
-    from worker import clock
-    from worker.jobs import runner
-    from worker.store import db, retrievals
+    from worker.domain import clock
+    from worker.retrieval import records as retrievals
+    from worker.retrieval import run as runner
+    from worker.store import db
 
     request = retrievals.NewRetrieval(workspace, uuid.uuid4(), url, kind, None, max_age)
 
@@ -105,7 +106,7 @@ def completed(api: Api, retrieval_id: str, status: str = "ready") -> dict[str, A
 
 def forbid_extraction(monkeypatch: pytest.MonkeyPatch) -> None:
     """From now on any extraction fails the retrieval: a revalidated one must not extract."""
-    from worker.content import pipeline
+    from worker.retrieval import pipeline
 
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the pipeline ran")
@@ -125,7 +126,7 @@ def evidence_of(api: Api, evidence_id: str) -> dict[str, Any]:
 
 
 def freshness_counts() -> dict[tuple[str, str], int]:
-    from worker.fetch import freshness_metrics
+    from worker.freshness import metrics as freshness_metrics
 
     counts = freshness_metrics.read()
     assert counts is not None
@@ -291,8 +292,8 @@ def test_a_304_from_another_final_url_is_not_the_stored_revision(
 def test_a_304_counts_only_from_the_stored_final_url() -> None:
     """`accept_not_modified`: a 304 to a request that sent a validator, from the URL the stored
     response came from; not from another URL, not without a validator, never a 200."""
-    from worker.fetch.conditional import Validator, accept_not_modified
     from worker.fetch.types import FetchedResponse, NotModified
+    from worker.freshness.conditional import Validator, accept_not_modified
 
     stored: Validator = {
         "url": "https://a.example/start",
@@ -430,7 +431,7 @@ class TestReuseWindow:
         """Confirmed 120 s ago: max-age=150 reuses it, max-age=90 asks the origin (304)."""
         import sqlalchemy as sa
 
-        from worker import clock
+        from worker.domain import clock
         from worker.store import db
         from worker.store.models import EvidenceRevision
 
@@ -456,9 +457,9 @@ class TestReuseWindow:
 
     def test_edges(self) -> None:
         """Age ≤ N reuses, a microsecond more does not; a stale request's revision never."""
-        from worker import clock
-        from worker.jobs.freshness import may_reuse
-        from worker.store.sources import StoredSource
+        from worker.domain import clock
+        from worker.freshness.revalidation import may_reuse
+        from worker.freshness.sources import StoredSource
 
         confirmed = clock.now()
         source = StoredSource(uuid.uuid4(), 2, 2, [], {}, "", None, None, [], {}, confirmed)
@@ -544,10 +545,10 @@ class TestCacheControlHeader:
 
 def test_conditional_requests_pass_the_fetch_guard() -> None:
     """A conditional request to a private address is refused as any fetch is."""
+    from worker.domain.reasons import Reason
     from worker.fetch.fetcher import Fetcher
     from worker.fetch.types import FetchFailure
-    from worker.reasons import Reason
-    from worker.settings import get_settings
+    from worker.platform.settings import get_settings
 
     with Fetcher(get_settings()) as fetcher, pytest.raises(FetchFailure) as failure:
         fetcher.revalidate("https://10.1.2.3/page", {"If-None-Match": '"v1"'})
@@ -568,11 +569,11 @@ def test_the_full_retrieval_after_revalidating_shares_its_fetch_deadline(site: T
     """A fetch after the conditional requests ends by their deadline: none left, a timeout."""
     import time
 
-    from worker.fetch.conditional import PrimedFetcher
+    from worker.domain.reasons import Reason
     from worker.fetch.fetcher import Fetcher
     from worker.fetch.types import FetchFailure
-    from worker.reasons import Reason
-    from worker.settings import get_settings
+    from worker.freshness.conditional import PrimedFetcher
+    from worker.platform.settings import get_settings
 
     url = site.page(f"/fresh/{uuid.uuid4().hex}", article("Lakes too late"))
     with Fetcher(get_settings()) as fetcher:
@@ -590,8 +591,9 @@ def test_a_group_looks_up_what_each_claim_alone_would(site: TLSSite, workspace: 
     import sqlalchemy as sa
 
     from tests.support.factories import cancel_open, parked
-    from worker.jobs import freshness
-    from worker.store import db, retrievals
+    from worker.freshness import revalidation as freshness
+    from worker.retrieval import records as retrievals
+    from worker.store import db
 
     fetched = serve(site, Origin(article("Grouped").encode(), etag='"g1"'))
     run(workspace, fetched)

@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from worker import clock
-from worker.store import retrievals
+from worker.domain import clock
+from worker.retrieval import records as retrievals
 
 pytestmark = pytest.mark.lifecycle
 
@@ -102,7 +102,7 @@ def test_concurrent_claimers_never_share_a_row_nor_take_more_than_asked(
 def test_a_claim_group_answers_each_thread_or_none(engine: sa.Engine) -> None:
     """Five threads' claims taken together over three queued rows: three claims, each with
     its freshness look-up, and None for the two left over (as a claim of an empty lane)."""
-    from worker.jobs import claim_group
+    from worker.retrieval import claim_group
 
     ids = _queue(engine, uuid.uuid4(), 3)
     answers = claim_group.take([None] * 5)

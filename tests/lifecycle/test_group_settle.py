@@ -15,13 +15,15 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from worker import clock
 from worker.content.chunking import split_revision
 from worker.content.results import Content, content_result
-from worker.jobs import settle_group
-from worker.store import at_commit, db, retrievals, settles, webhooks
+from worker.domain import clock
+from worker.retrieval import records as retrievals
+from worker.retrieval import settle_group, settles
+from worker.store import at_commit, db
 from worker.store.models import Evidence, EvidenceRevision, Retrieval
 from worker.store.read_models import EvidenceChunk, EvidenceReport
+from worker.webhooks import records as webhooks
 from worker.webhooks import signing
 
 pytestmark = pytest.mark.lifecycle

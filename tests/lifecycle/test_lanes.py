@@ -69,7 +69,7 @@ class TestInteractiveFirst:
         then overtakes every item it finds waiting: the two in the broker at least, and the
         reserved ones unless a thread freed before the single reached the process (FIFO:
         after all of them)."""
-        batch = api.batch([body(slow_url, workspace) for _ in range(6)]).json()["results"]
+        batch = api.enqueue([body(slow_url, workspace) for _ in range(6)]).json()["results"]
         batch_ids = [r["retrieval"]["id"] for r in batch]
         wait_running(api, batch_ids, WORKER_PROCESSES)
         other = uuid.uuid4()
@@ -209,7 +209,7 @@ class TestSinglesBeyondTheLimit:
     ) -> None:
         """With 2 open interactive retrievals allowed, the third single is batch work; it still
         completes, and once the workspace is below the limit again singles are interactive."""
-        from worker.settings import get_settings
+        from worker.platform.settings import get_settings
 
         monkeypatch.setattr(get_settings(), "interactive_open_limit", 2)
         held = parked(workspace, 2)

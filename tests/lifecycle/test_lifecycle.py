@@ -61,7 +61,7 @@ class TestHappyPath:
         """valid_until is created_at plus the receipt lifetime."""
         from datetime import datetime
 
-        from worker.settings import get_settings
+        from worker.platform.settings import get_settings
 
         created = api.post(body(page, workspace)).json()["retrieval"]
         start = datetime.fromisoformat(created["created_at"].replace("Z", "+00:00"))
@@ -291,7 +291,8 @@ def count_rows(table: str, workspace: uuid.UUID) -> int:
 
 
 def attempts_of(retrieval_id: str) -> int:
-    from worker.store import db, retrievals
+    from worker.retrieval import records as retrievals
+    from worker.store import db
 
     with db.session_scope() as session:
         row = retrievals.get_retrieval(session, uuid.UUID(retrieval_id))
@@ -385,8 +386,9 @@ class TestCancel:
 
     def test_cancel_pending_and_settled(self, api: Api, page: str, workspace: uuid.UUID) -> None:
         """Cancelling twice, or after settling, returns the retrieval unchanged."""
-        from worker import clock
-        from worker.store import db, retrievals
+        from worker.domain import clock
+        from worker.retrieval import records as retrievals
+        from worker.store import db
 
         new = retrievals.NewRetrieval(workspace, uuid.uuid4(), page, "url_text", None)
         from datetime import timedelta

@@ -160,7 +160,7 @@ class TestRedisOutage:
     ) -> None:
         """Cancelled while Redis is down (its announcement is lost): once the subscription is
         back, the waiting GET reads again and answers, long before its N seconds."""
-        from worker.jobs import notify
+        from worker.retrieval import notify
 
         [retrieval_id] = parked(workspace)
         thread, out = in_background(lambda: api.long_poll(retrieval_id, "wait=30"))

@@ -1,5 +1,5 @@
 """The open ceiling's tally: an upper bound that spares the count far from the ceiling and
-never lets a workspace past it (`worker.store.open_tally`)."""
+never lets a workspace past it (`worker.lanes.open_tally`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from worker import clock
-from worker.states import RetrievalState as S
-from worker.store import db, open_tally, retrievals, single_retrieval
+from worker.domain import clock
+from worker.domain.states import RetrievalState as S
+from worker.lanes import open_tally
+from worker.retrieval import records as retrievals
+from worker.retrieval import single_retrieval
+from worker.store import db
 from worker.store.models import OpenTally, Retrieval
 
 # A database of its own: its rows wait in the batch lane, where any spare token the session's

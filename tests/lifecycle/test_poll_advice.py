@@ -76,8 +76,9 @@ class TestRetryAfter:
         self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """The advice for a pending retrieval is the backlog over the poll budget, capped."""
-        from worker import clock
-        from worker.store import db, retrievals
+        from worker.domain import clock
+        from worker.retrieval import records as retrievals
+        from worker.store import db
 
         new = retrievals.NewRetrieval(workspace, uuid.uuid4(), page, "url_text", None)
         row, _ = db.with_transient_retry(
@@ -142,7 +143,7 @@ class TestBacklog:
         self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """With N API processes, what one process created stands for N times as many."""
-        from worker.settings import get_settings
+        from worker.platform.settings import get_settings
 
         monkeypatch.setattr(retrieval_service, "_count_pending", lambda: {"interactive": 10})
         monkeypatch.setattr(get_settings(), "api_workers", 4)

@@ -10,15 +10,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from api.services import quotas
+from api.services import admission as quotas
 from tests.conftest import Env
 from tests.support.factories import Api, body, check_envelope, parked
 from tests.support.pages import article, slow
 from tests.support.services import ROOT
 from tests.support.tls_site import TLSSite
-from worker import clock
+from worker.domain import clock
+from worker.lanes import quota_overrides as quota_store
 from worker.store import db
-from worker.store import quotas as quota_store
 
 pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services")]
 
@@ -104,7 +104,7 @@ class TestOpenCeiling:
             for n in range(5)
         ]
         items = [body(url, workspace) for url in urls]
-        response = api.batch(items)
+        response = api.enqueue(items)
         assert response.status_code == 200
         results = response.json()["results"]
         assert [r["status"] for r in results] == [202, 202, 202, 429, 429]
@@ -115,7 +115,7 @@ class TestOpenCeiling:
         done = [api.wait(r["retrieval"]["id"]) for r in results[:3]]
         assert {d["state"] for d in done} == {"completed"}
         # Sent again once those settled: the known ones are 200, the refused ones now go in.
-        again = api.batch(items).json()["results"]
+        again = api.enqueue(items).json()["results"]
         assert [r["status"] for r in again] == [200, 200, 200, 202, 202]
         assert [r["retrieval"]["id"] for r in again[:3]] == [d["id"] for d in done]
         for result in again[3:]:
@@ -147,10 +147,10 @@ class TestWriteRate:
         """Burst 3: a batch of five new items gets three in; known items never cost tokens."""
         override(workspace, write_rate=0.2, write_burst=3)
         items = [body(page, workspace) for _ in range(5)]
-        results = api.batch(items).json()["results"]
+        results = api.enqueue(items).json()["results"]
         assert [r["status"] for r in results] == [202, 202, 202, 429, 429]
         assert results[3]["error"]["details"]["retry_after_seconds"] >= 5
-        replay = api.batch(items[:3]).json()["results"]
+        replay = api.enqueue(items[:3]).json()["results"]
         assert [r["status"] for r in replay] == [200, 200, 200]
         for result in results[:3]:
             assert api.wait(result["retrieval"]["id"])["state"] == "completed"

@@ -33,7 +33,8 @@ def slow_page(site: TLSSite) -> str:
 
 
 def row(retrieval_id: str):  # type: ignore[no-untyped-def]
-    from worker.store import db, retrievals
+    from worker.retrieval import records as retrievals
+    from worker.store import db
 
     with db.session_scope() as session:
         return retrievals.get_retrieval(session, uuid.UUID(retrieval_id))
@@ -153,9 +154,10 @@ class TestExpiry:
         self, api: Api, page: str, workspace: uuid.UUID
     ) -> None:
         """A pending retrieval whose valid_until passed is expired by the sweep; replays see it."""
-        from worker import clock
+        from worker.domain import clock
         from worker.jobs.sweep import run_sweep
-        from worker.store import db, retrievals
+        from worker.retrieval import records as retrievals
+        from worker.store import db
 
         mutation = uuid.uuid4()
         past = clock.now() - timedelta(hours=2)
@@ -175,7 +177,7 @@ class TestExpiry:
         self, api: Api, slow_page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Expired while the worker fetches: the worker's late settle is fenced off."""
-        from worker.settings import get_settings
+        from worker.platform.settings import get_settings
 
         monkeypatch.setattr(get_settings(), "receipt_ttl_seconds", 2)
         created = api.post(body(slow_page, workspace)).json()["retrieval"]

@@ -12,8 +12,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from tests.lifecycle.test_open_tally import LIMIT, TTL, close, open_count, record, tally
-from worker import clock
-from worker.store import db, open_tally, retrievals, single_retrieval
+from worker.domain import clock
+from worker.lanes import open_tally
+from worker.retrieval import records as retrievals
+from worker.retrieval import single_retrieval
+from worker.store import db
 
 pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services", "own_database")]
 

@@ -13,8 +13,8 @@ import pytest
 
 from tests.support.factories import Api, check_envelope
 from tests.support.read_client import ReadApi
-from worker import clock
 from worker.content.results import Content, content_result
+from worker.domain import clock
 from worker.store import db, evidence
 
 pytestmark = pytest.mark.lifecycle

@@ -10,7 +10,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from worker.store import db, retrievals
+from worker.retrieval import records as retrievals
+from worker.store import db
 from worker.store.models import BatchSchedule
 
 pytestmark = pytest.mark.lifecycle

@@ -16,8 +16,11 @@ import pytest
 import sqlalchemy as sa
 
 from tests.lifecycle.test_open_tally import LIMIT, TTL, open_count, record, tally
-from worker import clock
-from worker.store import db, open_tally, retrievals, single_retrieval
+from worker.domain import clock
+from worker.lanes import open_tally
+from worker.retrieval import records as retrievals
+from worker.retrieval import single_retrieval
+from worker.store import db
 from worker.store.models import LANE_BATCH, LANE_INTERACTIVE, BatchSchedule, Retrieval
 
 pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services", "own_database")]

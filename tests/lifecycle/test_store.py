@@ -1,4 +1,4 @@
-"""The guarded transitions of `worker.store.retrievals`, against the real database."""
+"""The guarded transitions of `worker.retrieval.records`, against the real database."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from worker import clock
 from worker.content.results import Content, content_result
-from worker.store import db, retrievals
+from worker.domain import clock
+from worker.retrieval import records as retrievals
+from worker.store import db
 
 pytestmark = pytest.mark.lifecycle
 
@@ -79,7 +80,7 @@ def _lose_lease(retrieval_id: uuid.UUID) -> None:
 
 
 def _rescue() -> tuple[int, int]:
-    from worker.settings import get_settings
+    from worker.platform.settings import get_settings
 
     return db.with_transient_retry(
         lambda s: retrievals.rescue_lost(s, clock.now(), get_settings().max_attempts)
@@ -163,7 +164,7 @@ class TestSettle:
     @pytest.mark.usefixtures("own_database")  # the session's sweep would publish its re-pends
     def test_lost_on_last_attempt_is_unconfirmed(self) -> None:
         """A lease that runs out on the last attempt ends unconfirmed."""
-        from worker.settings import get_settings
+        from worker.platform.settings import get_settings
 
         rid = _new(timedelta(hours=1))
         for attempt in range(1, get_settings().max_attempts + 1):

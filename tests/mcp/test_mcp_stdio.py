@@ -125,9 +125,9 @@ class TestErrors:
         """The MCP contract has no rate_limited: a quota refusal is upstream_unavailable with
         reason rate_limited and when to try again; a replay of the accepted call still answers."""
         from tests.support.factories import parked
-        from worker import clock
+        from worker.domain import clock
+        from worker.lanes import quota_overrides as quota_store
         from worker.store import db
-        from worker.store import quotas as quota_store
 
         override = quota_store.Override(workspace, 1, None, None)
         db.with_transient_retry(lambda s: quota_store.set_override(s, override, clock.now()))
@@ -148,7 +148,8 @@ class TestErrors:
 
 
 def mutation_of(retrieval_id: str) -> str:
-    from worker.store import db, retrievals
+    from worker.retrieval import records as retrievals
+    from worker.store import db
 
     with db.session_scope(readonly=True) as session:
         row = retrievals.get_retrieval(session, uuid.UUID(retrieval_id))

@@ -1,5 +1,5 @@
 """`evidence api --workers 2`: each process accepts on a listening socket of its own, and the
-kernel spreads a client's connections over them (api/http/serving.py, `ReusePortSocket`)."""
+kernel spreads a client's connections over them (api/serving/server.py, `ReusePortSocket`)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from worker.settings import Settings
+from worker.platform.settings import Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

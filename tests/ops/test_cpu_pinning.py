@@ -1,5 +1,5 @@
 """The real processes keep to their CPUs: the worker's threads to one, its extraction processes
-to all, each of `evidence api --workers 2`'s processes to one of its own (worker/cpu_pin.py)."""
+to all, each of `evidence api --workers 2`'s processes to one of its own (worker/platform/cpu_pin.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from api.http.cpu_claims import CLAIMS_ENV
+from api.serving.cpu_claims import CLAIMS_ENV
 from tests.conftest import Services
 from tests.support.procfs import children, command_line
 from tests.support.services import Process, free_port, wait_for

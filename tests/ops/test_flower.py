@@ -155,9 +155,10 @@ class TestFlower:
         its claim to a cancel while it fetches (fenced), one is a late copy of a retrieval
         already cancelled (skipped).
         """
-        from worker import clock
+        from worker.domain import clock
         from worker.jobs import outbox
-        from worker.store import db, retrievals
+        from worker.retrieval import records as retrievals
+        from worker.store import db
 
         tag = uuid.uuid4().hex
         ready = site.page(f"/fl/{tag}/ready", article("Flower outcomes"))

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import Env
 from tests.support.services import free_port, wait_for
-from worker.settings import flower_logins
+from worker.platform.settings import flower_logins
 
 #: The console script `pip install` made, as an operator runs it.
 EVIDENCE = Path(sys.executable).parent / "evidence"

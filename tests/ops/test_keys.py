@@ -27,14 +27,14 @@ from typer.core import TyperGroup, TyperOption
 from typer.testing import CliRunner
 
 from api import auth
+from api.cli.key_admin import COLUMNS, document, parse_duration, parse_instant, table
 from api.errors import ApiError
-from api.key_admin import COLUMNS, document, parse_duration, parse_instant, table
 from tests.conftest import Env
 from tests.mcp import read_support as rs
 from tests.ops.test_cli import EVIDENCE, evidence
 from tests.support.served import serve
 from tests.support.slowdown import scaled
-from worker import clock
+from worker.domain import clock
 from worker.store import db, keys
 from worker.store.models import ApiKey
 
@@ -366,7 +366,7 @@ class TestHelp:
     """Flags read as flags: `--wait`, never `--wait <bool>` (which would be an error)."""
 
     def test_every_flag_is_shown_bare(self) -> None:
-        from api.cli import app
+        from api.cli.main import app
 
         runner = CliRunner()
         seen: set[str] = set()

@@ -15,7 +15,7 @@ from tests.support.factories import SETTLED, Api, body, make_key
 from tests.support.pages import article
 from tests.support.services import wait_for
 from tests.support.tls_site import TLSSite
-from worker import logs
+from worker.platform import logs
 
 pytestmark = pytest.mark.usefixtures("services")
 

@@ -13,8 +13,9 @@ from tests.support.factories import SETTLED, Api, body, cancel_open, parked
 from tests.support.pages import article
 from tests.support.services import wait_for
 from tests.support.tls_site import TLSSite
-from worker import clock
-from worker.store import db, retrievals
+from worker.domain import clock
+from worker.retrieval import records as retrievals
+from worker.store import db
 
 pytestmark = pytest.mark.usefixtures("services")
 

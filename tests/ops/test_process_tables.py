@@ -68,7 +68,7 @@ def options(command: str) -> dict[str, str | None]:
 
 def enqueue_default(name: str) -> object:
     """The default of one of `evidence enqueue`'s parameters, from the command itself."""
-    from api.cli import app
+    from api.cli.main import app
 
     command = typer.main.get_command(app).commands["enqueue"]  # type: ignore[attr-defined]
     [param] = [p for p in command.params if p.name == name]

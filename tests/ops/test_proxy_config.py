@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from worker.settings import Settings
+from worker.platform.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 CONF = (DEPLOY / "nginx.conf").read_text(encoding="utf-8")

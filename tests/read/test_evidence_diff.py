@@ -15,8 +15,8 @@ import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 
 from tests.support.factories import Api, check_envelope, make_key
-from worker import clock
 from worker.content.results import Content, Kind, Segment, content_result
+from worker.domain import clock
 from worker.store import db, evidence
 
 pytestmark = pytest.mark.lifecycle

@@ -11,9 +11,9 @@ from api.errors import ApiError
 from api.services.image_fetch import KeySlots
 from worker.content.images import extract_images, images_from_tree, split_credit
 from worker.content.markup import parse_html
+from worker.domain.reasons import Reason
 from worker.fetch.image_bytes import ImageUnavailable, fetch_image, sniff_image
 from worker.fetch.types import FetchedResponse, FetchFailure
-from worker.reasons import Reason
 
 IMAGES = Path(__file__).resolve().parents[1] / "fixtures" / "images"
 BASE = "https://news.test/2026/lakes/story.html"

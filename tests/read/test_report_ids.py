@@ -17,8 +17,8 @@ from tests.conftest import Env
 from tests.support.databases import fresh_database as new_database
 from tests.support.factories import Api, make_key
 from tests.support.read_client import ReadApi
-from worker import clock
 from worker.content.results import Content, content_result
+from worker.domain import clock
 from worker.store import db, evidence, reports
 from worker.store.migrate import alembic_config, upgrade
 

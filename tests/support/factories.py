@@ -23,7 +23,7 @@ LEAK_PATTERNS = re.compile(
 def make_key(workspaces: list[uuid.UUID], scopes: tuple[str, ...] = ("agent:research",)) -> str:
     """Create a real API key in the test database."""
     from api.auth import create_key
-    from worker import clock
+    from worker.domain import clock
     from worker.store import db
 
     return db.with_transient_retry(lambda s: create_key(s, workspaces, list(scopes), clock.now()))
@@ -182,8 +182,10 @@ def parked(
 
     import sqlalchemy as sa
 
-    from worker import clock
-    from worker.store import db, open_tally, retrievals
+    from worker.domain import clock
+    from worker.lanes import open_tally
+    from worker.retrieval import records as retrievals
+    from worker.store import db
     from worker.store.models import Retrieval
 
     def record(session: Any) -> list[uuid.UUID]:
@@ -215,8 +217,9 @@ def cancel_open(workspace: uuid.UUID | None) -> None:
     burdens no later test."""
     import sqlalchemy as sa
 
-    from worker import clock
-    from worker.store import db, retrievals
+    from worker.domain import clock
+    from worker.retrieval import records as retrievals
+    from worker.store import db
     from worker.store.models import Retrieval
 
     T = Retrieval.__table__.c  # type: ignore[attr-defined]

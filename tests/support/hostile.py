@@ -301,7 +301,7 @@ def private_redis_url(db: int = TEST_REDIS_DB) -> str:
 
 def fetch_settings(ports: list[int], **overrides: object) -> object:
     """Settings for fetch tests: only 127.0.0.1 allowed, short bounds, robots off, private Redis."""
-    from worker.settings import Settings
+    from worker.platform.settings import Settings
 
     values: dict[str, object] = {
         "egress_allow_cidrs": TEST_ALLOW_CIDRS,

@@ -56,7 +56,7 @@ def settle(workspace: uuid.UUID, client: Api, max_attempts: int) -> Callable[[st
     cancelled: the cancel route; expired: past valid_until, the sweep expires it; unconfirmed:
     running on its last attempt with its lease run out, the sweep gives up on it.
     """
-    from worker import clock
+    from worker.domain import clock
 
     def make(state: str) -> str:
         (retrieval_id,) = parked(workspace)
@@ -81,6 +81,6 @@ def settle(workspace: uuid.UUID, client: Api, max_attempts: int) -> Callable[[st
 
 @pytest.fixture
 def max_attempts() -> int:
-    from worker.settings import get_settings
+    from worker.platform.settings import get_settings
 
     return get_settings().max_attempts

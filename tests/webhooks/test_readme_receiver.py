@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from worker import clock
+from worker.domain import clock
 from worker.webhooks import signing
 
 README = Path(__file__).resolve().parents[2] / "README.md"

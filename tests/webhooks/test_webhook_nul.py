@@ -15,7 +15,7 @@ import pytest
 from tests.support.services import wait_for
 from tests.support.webhook_receiver import Inbox
 from tests.webhooks.support import Hooks
-from worker.settings import get_settings
+from worker.platform.settings import get_settings
 from worker.webhooks.policy import JITTER
 
 pytestmark = pytest.mark.usefixtures("services")

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from worker import clock
+from worker.domain import clock
 from worker.store import db
-from worker.store import webhooks as store
 from worker.webhooks import policy, signing
+from worker.webhooks import records as store
 
 LEASE = timedelta(seconds=10)
 DAY = timedelta(days=1)
@@ -149,14 +149,14 @@ class TestWindow:
     an attempt due at its last instant is still made, and past it the delivery fails."""
 
     def test_the_default_window_is_a_day_of_seconds(self) -> None:
-        from worker.settings import Settings
+        from worker.platform.settings import Settings
 
         assert Settings.model_fields["webhook_retry_window_seconds"].default == 86_400
 
     def test_a_settle_opens_a_window_of_the_configured_seconds(self) -> None:
         """Recorded at a settle: due at once, retried until exactly the window later."""
         from tests.support.factories import cancel_open, parked
-        from worker.settings import get_settings
+        from worker.platform.settings import get_settings
 
         workspace, now = uuid.uuid4(), clock.now()
         endpoint_id = _endpoint(now, workspace)
@@ -264,7 +264,7 @@ class TestPolicy:
 
     def test_the_suites_settings_are_seconds(self) -> None:
         """The suite's base (0.5 s) and cap (1 s), as the deliver task passes them."""
-        from worker.settings import get_settings
+        from worker.platform.settings import get_settings
 
         settings = get_settings()
         base, cap = settings.webhook_retry_base_seconds, settings.webhook_retry_cap_seconds

@@ -20,10 +20,10 @@ from worker.content.captions import (
     sniff_format,
     whole_ms,
 )
-from worker.content.pipeline import run_pipeline
 from worker.content.results import MAX_SEGMENTS, Segment
+from worker.domain.reasons import Reason
 from worker.fetch.fetcher import Fetcher
-from worker.reasons import Reason
+from worker.retrieval.pipeline import run_pipeline
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captions"
 STYLED = """WEBVTT

@@ -1,4 +1,4 @@
-"""`worker.jobs.confine` and the paths that confine one item's failure without a database:
+"""`worker.platform.confine` and the paths that confine one item's failure without a database:
 a batch thread's follow-ons, and a webhook attempt's outcome."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from worker.jobs import confine
+from worker.platform import confine
 
 
 def _dbapi(kind: type[Exception], invalidated: bool = False) -> Exception:
@@ -92,7 +92,8 @@ class TestFollowOns:
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """The second of four follow-on claims raises: the third and fourth still run."""
-        from worker.jobs import runner, spare_tokens
+        from worker.jobs import spare_tokens
+        from worker.retrieval import run as runner
 
         answers: list[Any] = [{"n": 0}, {"n": 1}, RuntimeError("claim"), {"n": 3}, {"n": 4}]
 
@@ -121,8 +122,8 @@ class TestWebhookOutcome:
     ) -> None:
         """A failed attempt whose error text cannot be stored (a NUL from the receiver) is
         recorded all the same, without the text: it backs off like any other."""
-        from worker.jobs import webhooks
-        from worker.store import webhooks as store
+        from worker.webhooks import delivery as webhooks
+        from worker.webhooks import records as store
         from worker.webhooks.sender import SendResult
 
         written: list[tuple[int | None, str]] = []

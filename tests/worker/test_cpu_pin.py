@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from api.http import cpu_claims
-from api.http.cpu_claims import CLAIMS_ENV
+from api.serving import cpu_claims
+from api.serving.cpu_claims import CLAIMS_ENV
 from tests.support.services import ROOT
-from worker.cpu_pin import choose
-from worker.settings import Settings
+from worker.platform.cpu_pin import choose
+from worker.platform.settings import Settings
 
 ALLOWED = os.sched_getaffinity(0)
 
@@ -53,7 +53,7 @@ def _end(proc: subprocess.Popen[str]) -> None:
 CLAIMER = """
     import sys
     from pathlib import Path
-    from worker.cpu_pin import claim
+    from worker.platform.cpu_pin import claim
     print(claim(Path(sys.argv[1]), {0, 1}), flush=True)
     sys.stdin.read()  # hold the claim until the test lets go
 """
@@ -81,7 +81,7 @@ def test_claims_spread_over_cpus_and_a_dead_siblings_cpu_is_taken_back(tmp_path:
 
 PINNER = """
     import os, threading, time
-    from worker.cpu_pin import pin, release
+    from worker.platform.cpu_pin import pin, release
     allowed = os.sched_getaffinity(0)
     cpu = max(allowed)
     stop = threading.Event()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from worker.settings import get_settings
+from worker.platform.settings import get_settings
 from worker.store import db
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support import steps
 from tests.support.slowdown import scaled
-from worker.jobs.extract_pool import ExtractionCrashed, ExtractionTimeout, ExtractPool
+from worker.retrieval.extract_pool import ExtractionCrashed, ExtractionTimeout, ExtractPool
 
 
 @pytest.fixture(scope="module")

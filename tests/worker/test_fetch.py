@@ -18,12 +18,12 @@ from tests.support import hostile
 from tests.support.services import RedisServer, wait_for
 from tests.support.slowdown import scaled
 from tests.support.tls_site import Page, TLSSite, send
+from worker.domain.reasons import Reason
 from worker.fetch.errors import parse_retry_after
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.media import ALLOWED_MIME_TYPES, parse_content_type
 from worker.fetch.politeness import Politeness, SharedState
 from worker.fetch.types import FetchedResponse, FetchFailure
-from worker.reasons import Reason
 
 #: Past a bound, how late its fetch may end: 1.5 s on a quiet machine, more on a busy one, but
 #: always well short of the hostile servers' 10 s, so each test still tells which bound held.

@@ -23,7 +23,7 @@ from tests.support.tls_site import TLSSite
 from tests.worker.test_spare_tokens import queues  # noqa: F401  (the fixture)
 from worker.jobs import flower_tasks, tasks
 from worker.jobs.celery_app import BATCH_QUEUE, RETRIEVE_NEXT_TASK, app
-from worker.jobs.outcomes import task_outcome
+from worker.retrieval.outcomes import task_outcome
 
 HOST = "w-flower@test"
 _clock = itertools.count(1)
@@ -283,7 +283,8 @@ class TestListed:
 
 
 def _settled(ids: list[str]) -> bool:
-    from worker.store import db, retrievals
+    from worker.retrieval import records as retrievals
+    from worker.store import db
 
     with db.session_scope(readonly=True) as session:
         rows = [retrievals.get_retrieval(session, uuid.UUID(i)) for i in ids]

@@ -8,7 +8,7 @@ import pytest
 from tests.support.slowdown import scaled
 from worker.content.html import FALLBACK_BELOW_CHARS, extract_html, is_login_wall, main_text
 from worker.content.markup import MAX_DEPTH, bound_markup, parse_bounded, parse_html, within_bounds
-from worker.reasons import Reason
+from worker.domain.reasons import Reason
 
 URL = "https://news.example/2024/05/rivers"
 PARAGRAPHS = [

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from worker.domain.reasons import Reason
 from worker.fetch.media import (
     ALLOWED_MIME_TYPES,
     SNIFF_BYTES,
@@ -15,7 +16,6 @@ from worker.fetch.media import (
     sniff_text_type,
 )
 from worker.fetch.types import FetchFailure
-from worker.reasons import Reason
 
 #: The MIME Sniffing standard's binary data bytes.
 BINARY_DATA_BYTES = [*range(0x00, 0x09), 0x0B, *range(0x0E, 0x1B), *range(0x1C, 0x20)]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import uuid
 
-from worker.clock import now
 from worker.content.results import failure_result
-from worker.jobs.outcomes import task_outcome
-from worker.reasons import Reason
+from worker.domain.clock import now
+from worker.domain.reasons import Reason
+from worker.retrieval.outcomes import task_outcome
 
 
 class TestTaskOutcome:

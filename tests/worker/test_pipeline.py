@@ -13,11 +13,11 @@ from tests.support.schemas import validate_result
 from tests.support.tls_site import Page, TLSSite
 from worker.content import decoding, markup
 from worker.content.images import ImageRef, extract_images
-from worker.content.pipeline import run_pipeline
+from worker.domain.reasons import Reason
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.types import FetchedResponse, FetchFailure
-from worker.reasons import Reason
-from worker.settings import Settings
+from worker.platform.settings import Settings
+from worker.retrieval.pipeline import run_pipeline
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PAGES = FIXTURES / "pages"

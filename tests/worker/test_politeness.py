@@ -15,10 +15,10 @@ from tests.conftest import ENV
 from tests.support import hostile
 from tests.support.slowdown import scaled
 from tests.support.tls_site import TLSSite
+from worker.domain.reasons import Reason
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.politeness import Politeness, SharedState
 from worker.fetch.types import FetchFailure
-from worker.reasons import Reason
 
 UNREACHABLE_REDIS = "redis://127.0.0.1:1/15"
 

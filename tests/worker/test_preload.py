@@ -13,7 +13,7 @@ from celery import signals
 import worker.jobs.tasks
 assert "trafilatura" not in sys.modules, "imported before the worker starts"
 signals.worker_init.send(sender=None)
-assert "worker.content.pipeline" in sys.modules and "trafilatura" in sys.modules
+assert "worker.retrieval.pipeline" in sys.modules and "trafilatura" in sys.modules
 import urllib3.util  # fully initialised, not a half-imported module
 print("ok")
 """

@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 from api.http import app
 from tests.support.tls_site import TLSSite
 from worker.fetch.fetcher import Fetcher
-from worker.jobs import celery_app, runner
+from worker.jobs import celery_app
+from worker.retrieval import run as runner
 
 
 def used_fetcher(site: TLSSite) -> Fetcher:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from worker.ranked_gate import BATCH, INTERACTIVE, RankedGate, current_rank, ranked
+from worker.platform.ranked_gate import BATCH, INTERACTIVE, RankedGate, current_rank, ranked
 
 
 def queue_up(

@@ -11,11 +11,11 @@ import pytest
 
 from tests.support.tls_site import TLSSite
 from tests.worker.test_pipeline import SpyFetcher, _serve, _settings
-from worker.content.pipeline import PipelineOutput, run_pipeline
+from worker.domain.reasons import Reason
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.types import FetchFailure
-from worker.jobs import replay
-from worker.reasons import Reason
+from worker.retrieval import split_pipeline as replay
+from worker.retrieval.pipeline import PipelineOutput, run_pipeline
 
 
 @pytest.fixture(scope="module")

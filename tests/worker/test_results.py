@@ -15,7 +15,7 @@ from worker.content.results import (
     failure_result,
     has_content,
 )
-from worker.reasons import FAILURE_STATUS, PARTIAL_REASONS, Reason
+from worker.domain.reasons import FAILURE_STATUS, PARTIAL_REASONS, Reason
 
 AT = datetime(2024, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
 

@@ -11,6 +11,7 @@ import redis
 
 from tests.support import hostile
 from tests.support.tls_site import Page, TLSSite
+from worker.domain.reasons import Reason
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.guard import ParsedTarget, guard_url
 from worker.fetch.politeness import SharedState
@@ -24,7 +25,6 @@ from worker.fetch.robots import (
     product_token,
 )
 from worker.fetch.types import FetchFailure
-from worker.reasons import Reason
 
 RFC_EXAMPLE = """
 User-Agent: *

@@ -13,8 +13,9 @@ from tests.conftest import Env
 from tests.support.factories import parked
 from tests.support.pages import article
 from tests.support.tls_site import TLSSite
-from worker.jobs import lane_pool, runner, spare_tokens
+from worker.jobs import lane_pool, spare_tokens
 from worker.jobs.celery_app import BATCH_QUEUE, INTERACTIVE_QUEUE, SWEEP_QUEUE, WEBHOOK_QUEUE
+from worker.retrieval import run as runner
 
 #: A Redis database of its own: the session's worker consumes the real queues of database 0.
 ISOLATED_DB = 7
@@ -110,7 +111,8 @@ def test_broker_trouble_means_back_to_celery(
 
 
 def _states(ids: list[str]) -> dict[str, str]:
-    from worker.store import db, retrievals
+    from worker.retrieval import records as retrievals
+    from worker.store import db
 
     with db.session_scope(readonly=True) as session:
         rows = [retrievals.get_retrieval(session, uuid.UUID(i)) for i in ids]

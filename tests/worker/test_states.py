@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from worker.states import (
+from worker.domain.states import (
     OPEN_STATES,
     SETTLED_STATES,
     TRANSITIONS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.store.open_tally import SHARDS, share, split
+from worker.lanes.open_tally import SHARDS, share, split
 
 
 @pytest.mark.parametrize("ceiling", [0, 1, 3, SHARDS - 1, SHARDS, SHARDS + 1, 10, 997, 10_000])

@@ -3,7 +3,7 @@
 import pytest
 
 from worker.content.text import clean_inline, clean_text, strip_invisible
-from worker.languages import is_mismatch, normalise_tag, primary_subtag, same_language
+from worker.domain.languages import is_mismatch, normalise_tag, primary_subtag, same_language
 
 
 class TestStripInvisible:

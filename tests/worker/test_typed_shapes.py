@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from api.services.payloads import RetrievalDoc, RetrievalPayload
+from api.services.evidence_payload import RetrievalDoc, RetrievalPayload
 from worker import contract
 from worker.content.results import EvidenceRef, Provenance, Result, SegmentDict
 from worker.store.briefs import BriefContent, BriefDoc, Finding

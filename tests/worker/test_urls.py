@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from worker.domain.urls import HostKind, ParsedUrl, UrlRefusal, parse
 from worker.fetch.guard import ParsedTarget, Verdict, check_url
 from worker.store.evidence import normalise_url
-from worker.urls import HostKind, ParsedUrl, UrlRefusal, parse
 
 #: Deterministic and unhurried: the same examples on every run, no per-example deadline.
 EXAMPLES = settings(max_examples=400, deadline=None, derandomize=True)

@@ -16,7 +16,7 @@ from worker.content.webvtt_spec import (
     parse_timings,
     parse_webvtt,
 )
-from worker.reasons import Reason
+from worker.domain.reasons import Reason
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captions"
 CUE = "00:01.000 --> 00:02.000\nhi\n"

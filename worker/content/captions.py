@@ -16,8 +16,8 @@ import srt
 from worker.content.results import MAX_SEGMENTS, MAX_TEXT_CHARS, Segment
 from worker.content.text import BIDI_MARKS, clean_text
 from worker.content.webvtt_spec import NotWebVTT, cue_text, parse_webvtt, preprocess
-from worker.languages import normalise_tag
-from worker.reasons import Reason
+from worker.domain.languages import normalise_tag
+from worker.domain.reasons import Reason
 
 CaptionFormat = Literal["webvtt", "subrip"]
 

@@ -15,8 +15,8 @@ from worker.content.markup import parse_bounded
 from worker.content.results import Content
 from worker.content.text import clean_inline, clean_text
 from worker.content.vote import second_opinion
-from worker.languages import is_mismatch, normalise_tag
-from worker.reasons import Reason
+from worker.domain.languages import is_mismatch, normalise_tag
+from worker.domain.reasons import Reason
 
 #: Below this much main text (characters), a page with a password field is a login wall.
 LOGIN_MAX_TEXT_CHARS = 400

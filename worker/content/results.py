@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal, TypedDict
 
-from worker.clock import isoformat
-from worker.reasons import FAILURE_STATUS, PARTIAL_PRIORITY, PARTIAL_REASONS, Reason, Status
+from worker.domain.clock import isoformat
+from worker.domain.reasons import FAILURE_STATUS, PARTIAL_PRIORITY, PARTIAL_REASONS, Reason, Status
 
 PARSER_VERSION = "research-public-retrieval/v1"
 MAX_TEXT_CHARS = 20_000
@@ -57,7 +57,7 @@ class Provenance(TypedDict):
 class Result(TypedDict):
     """A settled retrieval's `result`: exactly the keys of the contract's output schema.
 
-    `status`, `reason` and `warnings` hold `worker.reasons.Status` and `Reason` values.
+    `status`, `reason` and `warnings` hold `worker.domain.reasons.Status` and `Reason` values.
     """
 
     kind: Kind

@@ -5,7 +5,7 @@ from urllib.parse import urljoin, urlsplit
 
 import lxml.html
 
-from worker.languages import normalise_tag, same_language
+from worker.domain.languages import normalise_tag, same_language
 
 #: Hosts whose own player pages are not publisher caption files (checked with subdomains).
 PLATFORM_HOSTS = frozenset(

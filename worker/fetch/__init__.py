@@ -4,5 +4,5 @@
 addresses, `fetcher` the bounded HTTP client (redirects, size and time bounds), `errors` the
 classification of what went wrong, `media` the media types and body sniffing, `politeness` and
 `robots` the manners, `types` the shared shapes. May import the base modules
-(`worker.reasons`, `worker.settings`, …); never `content`, `store` or `jobs`.
+(`worker.domain.reasons`, `worker.platform.settings`, …); never `content`, `store` or `jobs`.
 """

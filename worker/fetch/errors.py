@@ -20,9 +20,9 @@ import httpcore
 import httpx
 import structlog
 
+from worker.domain.reasons import Reason
 from worker.fetch.egress import EgressBlocked, ResolutionFailed
 from worker.fetch.types import FetchFailure
-from worker.reasons import Reason
 
 log = structlog.get_logger(__name__)
 

@@ -15,6 +15,7 @@ from urllib.parse import urljoin
 import httpcore
 import httpx
 
+from worker.domain.reasons import Reason
 from worker.fetch import errors
 from worker.fetch.egress import (
     GuardedBackend,
@@ -30,8 +31,7 @@ from worker.fetch.media import ALLOWED_MIME_TYPES, media_type, parse_content_typ
 from worker.fetch.politeness import Politeness, SharedState
 from worker.fetch.robots import ROBOTS_MAX_BYTES, RobotsAnswer, RobotsPolicy
 from worker.fetch.types import FetchedResponse, FetchFailure, NotModified
-from worker.reasons import Reason
-from worker.settings import Settings
+from worker.platform.settings import Settings
 
 #: Response headers accepted at most (their total size is capped by h11 at 100 KiB).
 MAX_RESPONSE_HEADERS = 256
@@ -116,7 +116,7 @@ class Fetcher:
         every bound `fetch` applies: a 304's final URL and headers, or the full response.
 
         Whether a 304 may stand for a stored revision is the caller's decision
-        (`worker.fetch.conditional.accept_not_modified`).
+        (`worker.freshness.conditional.accept_not_modified`).
         """
         trail = Trail()
         with (

@@ -21,7 +21,7 @@ import redis
 import structlog
 
 from worker.fetch.types import FetchedResponse, FetchFailure
-from worker.settings import get_settings
+from worker.platform.settings import get_settings
 
 log = structlog.get_logger(__name__)
 

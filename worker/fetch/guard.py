@@ -4,7 +4,7 @@ Why this module exists: the service fetches URLs chosen by its callers, so every
 attempt to make our workers reach something (SSRF). Every decision lives here as a pure
 function (no sockets, no DNS) so it can be tested exhaustively, and the network layer
 (`worker.fetch.egress`) calls the same functions for the addresses it actually dials. URLs are
-split by the WHATWG URL Standard (`worker.urls`), which reads `2130706433`, `0177.0.0.1`,
+split by the WHATWG URL Standard (`worker.domain.urls`), which reads `2130706433`, `0177.0.0.1`,
 `0x7f.1` and `127.1` as 127.0.0.1; a host the egress layer is handed is read the way the C
 resolver (inet_aton / getaddrinfo) reads it, which agrees on those.
 """
@@ -17,7 +17,7 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_add
 
 import idna
 
-from worker import urls
+from worker.domain import urls
 
 IPAddress = IPv4Address | IPv6Address
 Network = IPv4Network | IPv6Network
@@ -187,7 +187,7 @@ def normalise_host_name(host: str) -> str | Verdict:
 def check_url(url: str, allowed_ports: list[int] | frozenset[int]) -> ParsedTarget | Verdict:
     """Static checks of a URL (scheme, userinfo, port, host form); addresses come later.
 
-    The URL is split by `worker.urls.parse` (the WHATWG URL Standard, as browsers and the API's
+    The URL is split by `worker.domain.urls.parse` (the WHATWG URL Standard, as browsers and the API's
     door read it), so the host checked here is the one every other step sees: IDNA-mapped, and
     any IPv4 notation (`0x7f.1`, `2130706433`, fullwidth digits) already the address it names.
     """

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 
 from worker.content.decoding import encoding_name, sniff_bom
+from worker.domain.reasons import Reason
 from worker.fetch.types import FetchFailure
-from worker.reasons import Reason
 
 #: The media types the output schema's `mime_type` allows.
 ALLOWED_MIME_TYPES = frozenset(

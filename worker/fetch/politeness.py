@@ -19,10 +19,10 @@ from typing import Any
 import redis
 import structlog
 
+from worker.domain.reasons import Reason
 from worker.fetch.types import FetchFailure
-from worker.ranked_gate import RankedGate
-from worker.reasons import Reason
-from worker.settings import DEFAULT_FETCH_PER_HOST_LIMIT
+from worker.platform.ranked_gate import RankedGate
+from worker.platform.settings import DEFAULT_FETCH_PER_HOST_LIMIT
 
 log = structlog.get_logger(__name__)
 
@@ -110,7 +110,7 @@ class LocalGate:
     A worker keeps hundreds of retrievals in flight; without this, every one waiting for a busy
     host would poll Redis 20 times a second. Waiting at a gate costs nothing, and only the
     fetches that hold one of the process's `limit` permits for a host ask Redis for a slot.
-    The gate admits interactive work first (`worker.ranked_gate`): an agent's single fetch of a
+    The gate admits interactive work first (`worker.platform.ranked_gate`): an agent's single fetch of a
     host that a batch keeps busy takes the next permit. Gates exist only while someone holds
     or waits for them.
     """

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
+from worker.domain.reasons import Reason
 from worker.fetch.guard import ParsedTarget
 from worker.fetch.politeness import SharedState
 from worker.fetch.types import FetchFailure
-from worker.reasons import Reason
 
 #: Bytes of robots.txt parsed at most (RFC 9309 §2.5 requires at least 500 KiB).
 ROBOTS_MAX_BYTES = 500 * 1024

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from worker.reasons import Reason
+from worker.domain.reasons import Reason
 
 
 @dataclass(frozen=True)

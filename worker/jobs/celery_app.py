@@ -16,7 +16,7 @@ from celery import Celery, signals
 from kombu.utils.scheduling import round_robin_cycle
 
 from worker.jobs import celery_logs  # noqa: F401  (connects Celery's logging signals)
-from worker.settings import get_settings
+from worker.platform.settings import get_settings
 
 RETRIEVE_TASK = "evidence.retrieve"
 #: The batch lane's message: "run the next batch retrieval" (the claim picks which; no args).
@@ -155,13 +155,13 @@ def _preload_pipeline(**_: Any) -> None:
     A task cancelled mid-import (as on a broker disconnect) would leave a half-initialised
     module in its child; here nothing can interrupt it (docs/reliability.md, "Outages").
     """
-    import worker.content.pipeline  # noqa: F401
+    import worker.retrieval.pipeline  # noqa: F401
 
 
 @signals.worker_shutdown.connect
 def _stop_extract_pool(**_: Any) -> None:
     """A threads-pool worker's extraction processes end with it (prefork has none)."""
-    from worker.jobs import extract_pool
+    from worker.retrieval import extract_pool
 
     extract_pool.stop()
 
@@ -169,7 +169,7 @@ def _stop_extract_pool(**_: Any) -> None:
 @signals.worker_process_init.connect
 def _after_fork(**_: Any) -> None:
     """A forked child must not share the parent's database connections or HTTP pool."""
-    from worker.jobs import runner
+    from worker.retrieval import run as runner
     from worker.store import db
 
     db.skip_pre_ping()  # also forgets the parent's engine
@@ -179,6 +179,6 @@ def _after_fork(**_: Any) -> None:
 @signals.worker_process_shutdown.connect
 def _before_child_exit(**_: Any) -> None:
     """A pool child ends with os._exit, which closes nothing: close its fetcher first."""
-    from worker.jobs import runner
+    from worker.retrieval import run as runner
 
     runner.close_fetcher()

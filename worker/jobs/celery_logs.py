@@ -1,7 +1,7 @@
 """Celery's own lines in the service's log format (JSON lines when EVIDENCE_LOG_JSON=true).
 
 A `setup_logging` receiver tells Celery to install none of its handlers: its records (worker,
-beat, "Task ... received/succeeded") then reach the root handler that `worker.logs` set up.
+beat, "Task ... received/succeeded") then reach the root handler that `worker.platform.logs` set up.
 Celery also has no separate task logger then (`after_setup_task_logger` is not sent), so task
 loggers propagate to the root handler too. What Celery prints rather than logs (its banners,
 the shutdown notices it writes straight to the terminal) and what libraries print to stdout or
@@ -17,8 +17,8 @@ from typing import Any
 from celery import signals
 from celery.utils.log import LoggingProxy
 
-from worker import logs
-from worker.settings import get_settings
+from worker.platform import logs
+from worker.platform.settings import get_settings
 
 #: The logger Celery's worker would have printed its shutdown notices from.
 SHUTDOWN_LOGGER = "celery.apps.worker"
@@ -55,7 +55,7 @@ def redirect_output() -> None:
 
     Celery redirects them itself only when it set up logging; e.g. kombu prints "Restoring N
     unacknowledged message(s)" when a worker stops holding a message it has not started.
-    The handlers keep the real stderr: they captured it when `worker.logs` configured them.
+    The handlers keep the real stderr: they captured it when `worker.platform.logs` configured them.
     """
     proxy = LoggingProxy(logging.getLogger(REDIRECTED_LOGGER), logging.WARNING)
     sys.stdout = proxy

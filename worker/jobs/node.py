@@ -15,8 +15,8 @@ from pathlib import Path
 import structlog
 from celery import signals
 
-from worker import heap
-from worker.settings import get_settings
+from worker.platform import heap
+from worker.platform.settings import get_settings
 
 log = structlog.get_logger(__name__)
 
@@ -28,9 +28,10 @@ LANE_POOL = "worker.jobs.lane_pool:LaneThreadPool"
 
 def run_threads_worker(argv: list[str]) -> int:
     """Prepare this process for threads, then run `celery worker` with `argv` (no `-P`)."""
-    from worker import cpu_pin
-    from worker.jobs import extract_pool, runner
     from worker.jobs.celery_app import app
+    from worker.platform import cpu_pin
+    from worker.retrieval import extract_pool
+    from worker.retrieval import run as runner
     from worker.store import db
 
     settings = get_settings()
@@ -79,10 +80,6 @@ def _freeze_heap(**_: object) -> None:
 def preload() -> None:
     """Import what a worker process runs, once, in the supervisor: a replacement worker forked
     from it starts without importing again, and shares these pages with it."""
-    import worker.content.pipeline
-    import worker.jobs.node
-    import worker.jobs.replay
-    import worker.jobs.tasks  # noqa: F401
 
 
 def idle_priority() -> bool:

@@ -15,11 +15,14 @@ from datetime import datetime, timedelta
 import structlog
 from sqlalchemy.orm import Session
 
-from worker import clock
-from worker.jobs import confine, notify, outbox
+from worker.domain import clock
+from worker.jobs import outbox
 from worker.jobs.celery_app import LANE_QUEUES
-from worker.settings import get_settings
-from worker.store import db, retrievals
+from worker.platform import confine
+from worker.platform.settings import get_settings
+from worker.retrieval import notify
+from worker.retrieval import records as retrievals
+from worker.store import db
 from worker.store.models import LANES
 
 log = structlog.get_logger(__name__)

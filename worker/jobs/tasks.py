@@ -7,8 +7,8 @@ from typing import Any
 
 from worker.jobs import flower_tasks
 from worker.jobs.celery_app import RETRIEVE_NEXT_TASK, RETRIEVE_TASK, SWEEP_TASK, app
-from worker.jobs.runner import run_next_batch, run_retrieval
 from worker.jobs.sweep import run_sweep
+from worker.retrieval.run import run_next_batch, run_retrieval
 
 
 @app.task(name=RETRIEVE_TASK)

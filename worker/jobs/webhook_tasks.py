@@ -1,4 +1,4 @@
-"""The webhook Celery tasks: thin wrappers over `worker.jobs.webhooks`."""
+"""The webhook Celery tasks: thin wrappers over `worker.webhooks.delivery`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from worker.jobs.celery_app import DELIVER_WEBHOOK_TASK, WEBHOOK_SWEEP_TASK, app
-from worker.jobs.webhooks import run_delivery, run_webhook_sweep
+from worker.webhooks.delivery import run_delivery, run_webhook_sweep
 
 
 @app.task(name=DELIVER_WEBHOOK_TASK)

@@ -2,7 +2,7 @@
 
 Passages, images and what each request led to are rows nothing in their transaction reads back.
 Queued here instead of written at once, they go out just before the commit as one executemany
-per statement, so a transaction that settles many retrievals (`worker.store.settles`) pays the
+per statement, so a transaction that settles many retrievals (`worker.retrieval.settles`) pays the
 per-statement cost once, not once a retrieval. Work that must come last (numbering reports,
 which holds a workspace's counter lock until the commit) runs after them.
 """

@@ -14,8 +14,8 @@ from typing import Any, Literal, TypedDict, cast
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from worker.clock import isoformat
 from worker.content.results import EvidenceRef
+from worker.domain.clock import isoformat
 from worker.store import evidence
 from worker.store.models import MAX_STORED_REVISION
 from worker.store.read_models import Brief, BriefRevision

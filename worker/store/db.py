@@ -19,8 +19,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
-from worker.ranked_gate import RankedGate
-from worker.settings import get_settings
+from worker.platform.ranked_gate import RankedGate
+from worker.platform.settings import get_settings
 
 T = TypeVar("T")
 #: The two dialects the service runs on; `dialect(session)` says which one a session uses.

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from worker import urls
 from worker.content.results import Result
+from worker.domain import urls
 from worker.store import db
 from worker.store.models import MAX_STORED_REVISION, Evidence, EvidenceRevision
 

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import REGCONFIG
 from sqlalchemy.orm import Session
 
-from worker.languages import primary_subtag
+from worker.domain.languages import primary_subtag
 from worker.store import db
 
 #: Primary language subtag → PostgreSQL text-search configuration (others use "simple").

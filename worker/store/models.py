@@ -178,7 +178,7 @@ class BatchSchedule(SQLModel, table=True):
 
 class OpenTally(SQLModel, table=True):
     """One shard of an upper bound of a workspace's open retrievals, kept so that a new one far
-    below the open ceiling needs no count (`worker.store.open_tally`). Over a workspace's
+    below the open ceiling needs no count (`worker.lanes.open_tally`). Over a workspace's
     shards: the rows open at the last exact count (`counted`) plus every row recorded since
     (`added`); each shard holds at most its share of the `ceiling` they were split under.
     `counted` and `ceiling` change only under the workspace's quota lock; `added` also grows by

@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from worker.clock import as_utc
+from worker.domain.clock import as_utc
 from worker.store import at_commit, db
 from worker.store.models import Evidence, EvidenceRevision
 from worker.store.read_models import EvidenceReport, WorkspaceReportCounter

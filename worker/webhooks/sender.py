@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import httpcore
 import httpx
 
+from worker.domain.safe_text import storable
 from worker.fetch.egress import GuardedBackend, deadline_scope, guarded_client
 from worker.fetch.errors import Trail, map_fetch_errors
 from worker.fetch.guard import REDIRECT_STATUSES, Verdict, guard_url
 from worker.fetch.types import FetchFailure
-from worker.safe_text import storable
-from worker.settings import Settings
+from worker.platform.settings import Settings
 
 #: Bytes of a receiver's answer read at most (the rest is never read).
 MAX_RESPONSE_BYTES = 1024

@@ -5,9 +5,10 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from worker import clock
+from worker.domain import clock
 from worker.jobs import outbox
-from worker.store import db, retrievals
+from worker.retrieval import records as retrievals
+from worker.store import db
 
 router = APIRouter(tags=["health"])
 

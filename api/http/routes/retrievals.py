@@ -19,10 +19,11 @@ from api.schemas import (
     RetrieveRequest,
     UuidParam,
 )
-from api.services import batch, retrievals, waiters
+from api.services import retrievals, waiters
+from api.services import retrieve_batch as batch
 from api.services.cache_control import parse_max_age
-from api.services.payloads import RetrievalDoc, RetrievalPayload
-from worker.states import OPEN_STATES
+from api.services.evidence_payload import RetrievalDoc, RetrievalPayload
+from worker.domain.states import OPEN_STATES
 
 
 class _RetrievalIdConvertor(StringConvertor):
@@ -33,7 +34,7 @@ register_url_convertor("retrieval_id", _RetrievalIdConvertor())
 
 router = APIRouter(prefix="/research-api/evidence", tags=["evidence"])
 
-# Payloads are built JSON-safe (`api.services.payloads`), so routes answer them as they are
+# Payloads are built JSON-safe (`api.services.evidence_payload`), so routes answer them as they are
 # instead of letting FastAPI walk every field (up to 20 000 characters of text) through its encoder.
 # The write routes are plain `def`s, so each runs in one worker thread; the principal comes from
 # an async dependency. The reads are `async def`s that take a worker thread only to read the

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query, Response
 
 from api.http.deps import PrincipalDep
 from api.schemas import UuidParam
-from api.services import webhooks
+from api.services import webhook_endpoints as webhooks
 from api.webhook_schemas import WebhookCreateRequest, WebhookUpdateRequest
 
 router = APIRouter(prefix="/research-api/webhooks", tags=["webhooks"])

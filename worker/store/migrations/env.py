@@ -5,7 +5,7 @@ from sqlmodel import SQLModel
 
 import worker.store.models
 import worker.store.read_models  # noqa: F401
-from worker.settings import get_settings
+from worker.platform.settings import get_settings
 from worker.store.db import make_engine
 
 config = context.config
