@@ -34,6 +34,7 @@ import structlog
 
 from api.errors import ApiError
 from worker.lanes import quota_overrides as quota_store
+from worker.platform import redis_clients
 from worker.platform.settings import get_settings
 from worker.store import db
 
@@ -49,7 +50,6 @@ OVERRIDE_CACHE_SIZE = 4096
 CEILING_RETRY_AFTER_SECONDS = 5
 #: Longest Retry-After the rate limit advises (a refused batch of burst size waits its share).
 MAX_RATE_RETRY_AFTER_SECONDS = 60
-REDIS_TIMEOUT_SECONDS = 0.5
 REDIS_QUIET_SECONDS = 5.0
 #: How far ahead an API process takes tokens for a workspace's singles (RateLimiter).
 LEASE_SECONDS = 0.1
@@ -219,11 +219,7 @@ class RateLimiter:
     def _redis(self) -> redis.Redis:
         url = get_settings().politeness_redis_url
         if self._client is None or self._client[:2] != (os.getpid(), url):
-            client = redis.Redis.from_url(
-                url,
-                socket_timeout=REDIS_TIMEOUT_SECONDS,
-                socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
-            )
+            client = redis_clients.connect(url)
             self._client = (os.getpid(), url, client)
             self._script = client.register_script(_TAKE)
         return self._client[2]

@@ -21,11 +21,11 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-import redis.asyncio
 import structlog
 from starlette.concurrency import run_in_threadpool
 
 from api.serving.header_values import decimal
+from worker.platform import redis_clients
 from worker.platform.settings import get_settings
 from worker.retrieval import notify
 
@@ -88,7 +88,7 @@ class Hub:
     async def _listen(self) -> None:
         failures = 0
         while True:
-            client = redis.asyncio.Redis.from_url(self.url, socket_connect_timeout=2)
+            client = redis_clients.subscriber(self.url)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(notify.CHANNEL)

@@ -156,10 +156,11 @@ class TestFetchHistograms:
     def test_buckets_are_cumulative(self) -> None:
         """Per-bucket counts add up into `le` buckets ending with +Inf; stray fields are ignored."""
         from worker.fetch import fleet_metrics
+        from worker.platform import fleet_counts
 
-        index = fleet_metrics.bucket_index(fleet_metrics.DURATION_BUCKETS, 0.3)
+        index = fleet_counts.bucket_index(fleet_metrics.DURATION_BUCKETS, 0.3)
         assert fleet_metrics.DURATION_BUCKETS[index] == 0.5
-        assert fleet_metrics.bucket_index(fleet_metrics.DURATION_BUCKETS, 999) == len(
+        assert fleet_counts.bucket_index(fleet_metrics.DURATION_BUCKETS, 999) == len(
             fleet_metrics.DURATION_BUCKETS
         )
         raw = {

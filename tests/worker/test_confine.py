@@ -74,17 +74,6 @@ class TestCounts:
         assert confine.FAILURES.labels("claim", "nothing_found")._value.get() == before + 1
         assert (confine.read() or {})[("claim", "nothing_found")] == fleet + 1
 
-    def test_a_url_the_normaliser_raises_on_is_unusable(
-        self, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        from worker.store import evidence
-
-        def normalise(url: str) -> str:
-            raise ValueError(url)
-
-        assert confine.url_usable("https://example.org/")
-        monkeypatch.setattr(evidence, "normalise_url", normalise)
-        assert not confine.url_usable("https://example.org/")
 
 
 class TestFollowOns:

@@ -10,10 +10,8 @@ Metrics never fail a fetch: Redis trouble is swallowed, then Redis is left alone
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -21,7 +19,8 @@ import redis
 import structlog
 
 from worker.fetch.types import FetchedResponse, FetchFailure
-from worker.platform.settings import get_settings
+from worker.platform import redis_clients
+from worker.platform.fleet_counts import QUIET_SECONDS, Histogram, bucket_index
 
 log = structlog.get_logger(__name__)
 
@@ -30,31 +29,8 @@ METRICS_KEY = "evidence:metrics:fetch"
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 BYTES_BUCKETS = (1_024, 8_192, 32_768, 131_072, 524_288, 1_048_576, 2_097_152, 5_242_880)
 HISTOGRAMS = {"duration": DURATION_BUCKETS, "bytes": BYTES_BUCKETS}
-REDIS_TIMEOUT_SECONDS = 0.5
-QUIET_SECONDS = 10.0
 
-_client: tuple[int, redis.Redis] | None = None
 _quiet_until = 0.0
-
-
-def redis_client() -> redis.Redis:
-    """This process's client (a forked child makes its own)."""
-    global _client
-    if _client is None or _client[0] != os.getpid():
-        url = get_settings().politeness_redis_url
-        client = redis.Redis.from_url(
-            url, socket_timeout=REDIS_TIMEOUT_SECONDS, socket_connect_timeout=REDIS_TIMEOUT_SECONDS
-        )
-        _client = (os.getpid(), client)
-    return _client[1]
-
-
-def bucket_index(buckets: tuple[float, ...], value: float) -> int:
-    """Index of the first bucket whose upper bound holds `value` (len(buckets) for +Inf)."""
-    for index, bound in enumerate(buckets):
-        if value <= bound:
-            return index
-    return len(buckets)
 
 
 def record_fetch(outcome: str, seconds: float, nbytes: int) -> None:
@@ -63,7 +39,7 @@ def record_fetch(outcome: str, seconds: float, nbytes: int) -> None:
     if time.monotonic() < _quiet_until:
         return
     try:
-        pipe = redis_client().pipeline(transaction=False)
+        pipe = redis_clients.shared().pipeline(transaction=False)
         for name, value in (("duration", seconds), ("bytes", float(nbytes))):
             index = bucket_index(HISTOGRAMS[name], value)
             pipe.hincrby(METRICS_KEY, f"{name}|{outcome}|b{index}", 1)
@@ -97,22 +73,6 @@ class MeteredFetcher:
 
 
 @dataclass
-class Histogram:
-    """One outcome's bucket counts (not cumulative) and sum."""
-
-    counts: list[int]
-    total: float = 0.0
-
-    def cumulative(self, buckets: tuple[float, ...]) -> list[tuple[str, float]]:
-        """Prometheus buckets: (upper bound, cumulative count), ending with +Inf."""
-        running, out = 0, []
-        for bound, count in zip((*map(str, buckets), "+Inf"), self.counts, strict=True):
-            running += count
-            out.append((bound, float(running)))
-        return out
-
-
-@dataclass
 class FetchStats:
     """Everything the hash holds, by histogram name then outcome."""
 
@@ -143,41 +103,7 @@ def read_stats() -> FetchStats | None:
     try:
         # redis-py types its commands for the sync and async clients at once; this one is sync.
         return parse_stats(
-            cast("dict[bytes | str, bytes | str]", redis_client().hgetall(METRICS_KEY))
+            cast("dict[bytes | str, bytes | str]", redis_clients.shared().hgetall(METRICS_KEY))
         )
     except (redis.RedisError, OSError):
         return None
-
-
-class PairCounts:
-    """Counters of the fleet keyed by a pair of labels (`first|second`), in one Redis hash.
-
-    `add` never raises: Redis trouble is logged, then Redis is left alone for QUIET_SECONDS.
-    """
-
-    def __init__(self, key: str, valid: Callable[[str, str], bool]) -> None:
-        self.key, self.valid = key, valid
-        self._quiet_until = 0.0
-
-    def add(self, first: str, second: str) -> None:
-        if time.monotonic() < self._quiet_until:
-            return
-        try:
-            redis_client().hincrby(self.key, f"{first}|{second}", 1)
-        except (redis.RedisError, OSError) as exc:
-            self._quiet_until = time.monotonic() + QUIET_SECONDS
-            log.warning("metrics_redis_unavailable", error=type(exc).__name__)
-
-    def read(self) -> dict[tuple[str, str], int] | None:
-        """The counts by pair (only pairs `valid` accepts), or None when Redis cannot be read."""
-        try:
-            raw = cast("dict[bytes | str, bytes | str]", redis_client().hgetall(self.key))
-        except (redis.RedisError, OSError):
-            return None
-        counts: dict[tuple[str, str], int] = {}
-        for name, value in raw.items():
-            text = name.decode() if isinstance(name, bytes) else name
-            first, _, second = text.partition("|")
-            if self.valid(first, second):
-                counts[(first, second)] = int(value)
-        return counts

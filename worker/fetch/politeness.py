@@ -21,6 +21,7 @@ import structlog
 
 from worker.domain.reasons import Reason
 from worker.fetch.types import FetchFailure
+from worker.platform import redis_clients
 from worker.platform.ranked_gate import RankedGate
 from worker.platform.settings import DEFAULT_FETCH_PER_HOST_LIMIT
 
@@ -35,7 +36,6 @@ SLOT_RETRY_AFTER_SECONDS = 5
 #: After a Redis error, Redis is left alone for this long, in seconds.
 REDIS_QUIET_SECONDS = 5.0
 #: Socket timeouts for Redis calls, in seconds (politeness must never stall a fetch).
-REDIS_TIMEOUT_SECONDS = 0.5
 
 #: A slot of KEYS[1] for token ARGV[1] (at most ARGV[2] held, each for ARGV[3] ms): 1 taken,
 #: 0 all held; while the origin backs off (KEYS[2] alive), minus the milliseconds left.
@@ -63,11 +63,7 @@ class SharedState:
         self.prefix = prefix
         #: A client passed in belongs to the caller; one made here is closed by `close`.
         self._owns_client = client is None
-        self.client = client or redis.Redis.from_url(
-            url,
-            socket_timeout=REDIS_TIMEOUT_SECONDS,
-            socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
-        )
+        self.client = client or redis_clients.connect(url)
         self._quiet_until = 0.0
 
     def close(self) -> None:

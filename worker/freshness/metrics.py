@@ -8,13 +8,13 @@ The API's `/metrics` renders them as `evidence_freshness_outcomes_total`.
 
 from __future__ import annotations
 
-from worker.fetch import fleet_metrics
+from worker.platform import fleet_counts
 
 #: The Redis hash holding the counters.
 METRICS_KEY = "evidence:metrics:freshness"
 OUTCOMES = ("revalidated", "reused", "new_revision", "unchanged")
 
-_COUNTS = fleet_metrics.PairCounts(
+_COUNTS = fleet_counts.PairCounts(
     METRICS_KEY, lambda outcome, kind: outcome in OUTCOMES and bool(kind)
 )
 

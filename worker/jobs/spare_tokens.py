@@ -27,6 +27,7 @@ from celery.worker import state as worker_state
 
 from worker.jobs import lane_pool
 from worker.jobs.celery_app import BATCH_QUEUE, QUEUE_PRIORITY, app
+from worker.platform import redis_clients
 from worker.platform.settings import get_settings
 
 #: Follow-on retrievals one batch task runs at most (its Flower entry and log line end then).
@@ -49,9 +50,7 @@ def _prepare() -> tuple[Any, list[str]]:
     global _script, _keys
     with _lock:
         if _script is None:
-            client = redis.Redis.from_url(
-                get_settings().broker_url, socket_timeout=2, socket_connect_timeout=2
-            )
+            client = redis_clients.connect(get_settings().broker_url, timeout=2)
             consumed = app.amqp.queues.consume_from or app.amqp.queues
             ahead = QUEUE_PRIORITY[: QUEUE_PRIORITY.index(BATCH_QUEUE)]
             _keys = [q for q in ahead if q in consumed] + [BATCH_QUEUE]

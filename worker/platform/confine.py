@@ -5,15 +5,14 @@ and the singles path each do several items' work together. An exception about on
 stored URL no step can normalise, a row this version cannot read, a bug one input finds) must
 not fail the others, nor come back for ever: the group's work is done again with each item on
 its own, and the item that fails alone is given a way out (nothing found for its look-up, its
-claim given back until its last attempt and then `unconfirmed`, a URL that cannot be parsed
-settled `blocked/unsafe_url`).
+claim given back until its last attempt and then `unconfirmed`).
 
 Errors about the database itself (a dropped connection, a lock) are no item's: `group_wide`
 tells them apart, and they fail the group as before, which retries or leaves it to the sweep.
 
 Each confined failure is logged (`failure_confined`) and counted twice: in this process
 (`FAILURES`, prometheus-client: `evidence_process_confined_failures_total`) and for the fleet
-in Redis (as `worker.fetch.fleet_metrics` counts fetches), which the API's `/metrics` renders
+in Redis (`worker.platform.fleet_counts`), which the API's `/metrics` renders
 as `evidence_confined_failures_total`.
 """
 
@@ -27,8 +26,7 @@ from prometheus_client import Counter
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from worker.fetch import fleet_metrics
-from worker.store import evidence
+from worker.platform import fleet_counts
 
 log = structlog.get_logger(__name__)
 
@@ -39,9 +37,9 @@ T = TypeVar("T")
 #: fails raises in its own run), a batch thread's follow-on, the sweep, a webhook delivery.
 PATHS = ("claim", "run", "follow_on", "sweep", "webhook")
 #: What became of the item: its look-up answered "nothing found"; its claim given back
-#: (`repended`) or given up (`unconfirmed`); settled `blocked/unsafe_url`; left to the lease and
-#: the next sweep (`left`); recorded as a failed webhook attempt (`failed`).
-OUTCOMES = ("nothing_found", "repended", "unconfirmed", "unsafe_url", "left", "failed")
+#: (`repended`) or given up (`unconfirmed`); left to the lease and the next sweep (`left`);
+#: recorded as a failed webhook attempt (`failed`).
+OUTCOMES = ("nothing_found", "repended", "unconfirmed", "left", "failed")
 
 FAILURES = Counter(
     "evidence_process_confined_failures",
@@ -52,7 +50,7 @@ FAILURES = Counter(
 #: The Redis hash of the fleet's counts (`path|outcome`).
 METRICS_KEY = "evidence:metrics:confined"
 
-_COUNTS = fleet_metrics.PairCounts(
+_COUNTS = fleet_counts.PairCounts(
     METRICS_KEY, lambda path, outcome: path in PATHS and outcome in OUTCOMES
 )
 
@@ -81,16 +79,6 @@ def record(path: str, outcome: str, error: BaseException | None = None, **fields
 def read() -> dict[tuple[str, str], int] | None:
     """The fleet's counts by (path, outcome), or None when Redis cannot be read now."""
     return _COUNTS.read()
-
-
-def url_usable(url: str) -> bool:
-    """Whether a stored URL can be normalised as every later step needs it (rows stored before
-    the API checked URLs strictly may hold one that cannot)."""
-    try:
-        evidence.normalise_url(url)
-    except Exception:  # noqa: BLE001  (whatever it raises, the URL cannot be used)
-        return False
-    return True
 
 
 def each_alone(

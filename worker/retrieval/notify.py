@@ -11,7 +11,6 @@ answer when their wait runs out, with the state the database holds.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterable
@@ -19,7 +18,7 @@ from collections.abc import Iterable
 import redis
 import structlog
 
-from worker.platform.settings import get_settings
+from worker.platform import redis_clients
 
 log = structlog.get_logger(__name__)
 
@@ -27,24 +26,9 @@ log = structlog.get_logger(__name__)
 CHANNEL = "evidence:settled"
 #: Ids per message (the sweep may expire thousands at once).
 IDS_PER_MESSAGE = 500
-REDIS_TIMEOUT_SECONDS = 0.5
 QUIET_SECONDS = 5.0
 
-_client: tuple[int, redis.Redis] | None = None
 _quiet_until = 0.0
-
-
-def _redis() -> redis.Redis:
-    """This process's client (a forked child makes its own)."""
-    global _client
-    if _client is None or _client[0] != os.getpid():
-        client = redis.Redis.from_url(
-            get_settings().politeness_redis_url,
-            socket_timeout=REDIS_TIMEOUT_SECONDS,
-            socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
-        )
-        _client = (os.getpid(), client)
-    return _client[1]
 
 
 def encode(ids: Iterable[uuid.UUID | str]) -> list[str]:
@@ -70,9 +54,9 @@ def settled(ids: Iterable[uuid.UUID | str]) -> None:
         return
     try:
         if len(messages) == 1:
-            _redis().publish(CHANNEL, messages[0])
+            redis_clients.shared().publish(CHANNEL, messages[0])
             return
-        pipe = _redis().pipeline(transaction=False)
+        pipe = redis_clients.shared().pipeline(transaction=False)
         for message in messages:
             pipe.publish(CHANNEL, message)
         pipe.execute()

@@ -21,7 +21,6 @@ from worker.fetch.egress import deadline_scope
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
 from worker.freshness import revalidation as freshness
-from worker.freshness.conditional import RecordingFetcher
 from worker.jobs import flower_tasks, spare_tokens
 from worker.platform import confine, ranked_gate
 from worker.platform.ranked_gate import ranked
@@ -275,19 +274,8 @@ def give_back(claim: retrievals.Claim, exc: BaseException) -> dict[str, Any]:
 def _run_claim(claim: retrievals.Claim, found: freshness.Found) -> dict[str, Any]:
     structlog.contextvars.bind_contextvars(workspace_id=str(claim.workspace_id))
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
-    if not confine.url_usable(claim.url):
-        # Stored before URLs were checked at the door: no step could fetch or store it.
-        confine.record("run", "unsafe_url", retrieval_id=str(claim.retrieval_id))
-        plan = freshness.Plan(RecordingFetcher(get_fetcher()))
-        return _settled_output(claim, plan, _unsafe(claim))
     plan = freshness.prepare(claim, found, get_fetcher(), MeteredFetcher(get_fetcher()))
     return _settled_output(claim, plan, plan.output or produce_output(claim, plan.fetcher))
-
-
-def _unsafe(claim: retrievals.Claim) -> PipelineOutput:
-    from worker.retrieval.pipeline import PipelineOutput
-
-    return PipelineOutput(failure_result(claim.kind, Reason.UNSAFE_URL, clock.now()))  # type: ignore[arg-type]
 
 
 def _settled_output(

@@ -14,7 +14,7 @@ from typing import cast
 import redis
 import structlog
 
-from worker.fetch import fleet_metrics
+from worker.platform import fleet_counts, redis_clients
 
 log = structlog.get_logger(__name__)
 
@@ -31,8 +31,8 @@ def record_attempt(outcome: str, seconds: float) -> None:
     if time.monotonic() < _quiet_until:
         return
     try:
-        pipe = fleet_metrics.redis_client().pipeline(transaction=False)
-        index = fleet_metrics.bucket_index(DURATION_BUCKETS, seconds)
+        pipe = redis_clients.shared().pipeline(transaction=False)
+        index = fleet_counts.bucket_index(DURATION_BUCKETS, seconds)
         pipe.hincrby(METRICS_KEY, f"{outcome}|b{index}", 1)
         pipe.hincrbyfloat(METRICS_KEY, f"{outcome}|sum", seconds)
         pipe.execute()
@@ -41,14 +41,14 @@ def record_attempt(outcome: str, seconds: float) -> None:
         log.warning("metrics_redis_unavailable", error=type(exc).__name__)
 
 
-def parse(raw: dict[bytes | str, bytes | str]) -> dict[str, fleet_metrics.Histogram]:
+def parse(raw: dict[bytes | str, bytes | str]) -> dict[str, fleet_counts.Histogram]:
     """The hash's fields (`outcome|bN`, `outcome|sum`) as one histogram per outcome."""
     size = len(DURATION_BUCKETS) + 1
-    out: dict[str, fleet_metrics.Histogram] = {}
+    out: dict[str, fleet_counts.Histogram] = {}
     for key, value in raw.items():
         text = key.decode() if isinstance(key, bytes) else key
         outcome, _, slot = text.partition("|")
-        histogram = out.setdefault(outcome, fleet_metrics.Histogram([0] * size))
+        histogram = out.setdefault(outcome, fleet_counts.Histogram([0] * size))
         if slot == "sum":
             histogram.total = float(value)
         elif slot.startswith("b") and slot[1:].isdigit() and int(slot[1:]) < size:
@@ -56,10 +56,10 @@ def parse(raw: dict[bytes | str, bytes | str]) -> dict[str, fleet_metrics.Histog
     return out
 
 
-def read() -> dict[str, fleet_metrics.Histogram] | None:
+def read() -> dict[str, fleet_counts.Histogram] | None:
     """Every outcome's histogram, or None when Redis cannot be read now."""
     try:
-        raw = fleet_metrics.redis_client().hgetall(METRICS_KEY)
+        raw = redis_clients.shared().hgetall(METRICS_KEY)
     except (redis.RedisError, OSError):
         return None
     return parse(cast("dict[bytes | str, bytes | str]", raw))
