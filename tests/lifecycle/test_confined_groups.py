@@ -399,32 +399,3 @@ class TestSingles:
         ]
         state, attempt, _ = _states([rid])[rid]
         assert (state, attempt) == ("unconfirmed", 2)
-
-    def test_a_url_no_step_can_normalise_is_blocked_without_a_fetch(
-        self, engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """A stored URL the normaliser raises on settles completed blocked/unsafe_url."""
-        from worker.store import evidence
-
-        real = evidence.normalise_url
-
-        def normalise(url: str) -> str:
-            if url == LEGACY_URLS[1]:
-                raise ValueError("Port could not be cast to integer value")
-            return real(url)
-
-        monkeypatch.setattr(evidence, "normalise_url", normalise)
-        monkeypatch.setattr(runner, "produce_output", _no_fetch)
-        [rid] = _insert(uuid.uuid4(), [(LEGACY_URLS[1], "")], lane="interactive")
-        claim = db.with_transient_retry(lambda s: retrievals.claim(s, rid, clock.now(), LEASE))
-        assert claim is not None
-        outcome = runner.run_claim(claim, (None, None))
-        assert (outcome["state"], outcome["status"], outcome["reason"]) == (
-            "completed",
-            "blocked",
-            "unsafe_url",
-        )
-
-
-def _no_fetch(*_: Any) -> Any:
-    raise AssertionError("a URL no step can normalise is never fetched")
