@@ -35,6 +35,7 @@ from api.errors import ApiError
 from api.http.deps import read_only_session
 from api.read_schemas import ImageGetRequest
 from api.services import read
+from worker.fetch import shared
 from worker.fetch.image_bytes import ImageUnavailable, fetch_image
 from worker.platform.settings import get_settings
 
@@ -98,16 +99,12 @@ def _unavailable(exc: ImageUnavailable) -> ApiError:
 
 
 def _fetch(url: str, timeout: float) -> tuple[bytes, str]:
-    from worker.retrieval.run import get_fetcher
-
-    return fetch_image(get_fetcher(), url, total_seconds=timeout)
+    return fetch_image(shared.get_fetcher(), url, total_seconds=timeout)
 
 
 def close_image_fetcher() -> None:
     """Close the fetcher image bytes came through (pooled TLS connections, a Redis client)."""
-    from worker.retrieval.run import close_fetcher
-
-    close_fetcher()
+    shared.close_fetcher()
 
 
 async def image_bytes(principal: Principal, url: str) -> tuple[bytes, str]:

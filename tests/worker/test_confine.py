@@ -75,14 +75,12 @@ class TestCounts:
         assert (confine.read() or {})[("claim", "nothing_found")] == fleet + 1
 
 
-
 class TestFollowOns:
     def test_a_failing_follow_on_ends_neither_the_thread_nor_the_others(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """The second of four follow-on claims raises: the third and fourth still run."""
-        from worker.jobs import spare_tokens
-        from worker.retrieval import run as runner
+        from worker.jobs import batch_tokens, spare_tokens
 
         answers: list[Any] = [{"n": 0}, {"n": 1}, RuntimeError("claim"), {"n": 3}, {"n": 4}]
 
@@ -92,9 +90,9 @@ class TestFollowOns:
                 raise answer
             return answer
 
-        monkeypatch.setattr(runner, "_run_next_batch", next_batch)
+        monkeypatch.setattr(batch_tokens, "_run_next_batch", next_batch)
         monkeypatch.setattr(spare_tokens, "take", lambda: bool(answers))
-        outcome = runner._run_with_follow_ons()
+        outcome = batch_tokens._run_with_follow_ons()
         assert outcome is not None
         assert outcome["n"] == 0
         assert outcome["then"] == [

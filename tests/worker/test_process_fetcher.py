@@ -10,14 +10,14 @@ from fastapi.testclient import TestClient
 
 from api.http import app
 from tests.support.tls_site import TLSSite
+from worker.fetch import shared
 from worker.fetch.fetcher import Fetcher
 from worker.jobs import celery_app
-from worker.retrieval import run as runner
 
 
 def used_fetcher(site: TLSSite) -> Fetcher:
     """The process's fetcher after one fetch, with its keep-alive connection pooled."""
-    fetcher = runner.get_fetcher()
+    fetcher = shared.get_fetcher()
     fetcher.fetch(site.page(f"/process/{uuid.uuid4().hex}", "<p>pooled</p>"))
     assert len(fetcher.client._transport.connections) == 1  # type: ignore[attr-defined]
     return fetcher
@@ -29,13 +29,13 @@ def closed(fetcher: Fetcher) -> bool:
 
 def test_close_fetcher_closes_it_and_the_next_is_fresh(site: TLSSite) -> None:
     fetcher = used_fetcher(site)
-    runner.close_fetcher()
+    shared.close_fetcher()
     assert closed(fetcher)
-    fresh = runner.get_fetcher()
+    fresh = shared.get_fetcher()
     try:
         assert fresh is not fetcher and not fresh.client.is_closed
     finally:
-        runner.close_fetcher()
+        shared.close_fetcher()
 
 
 def test_a_pool_child_closes_it_before_exiting(site: TLSSite) -> None:

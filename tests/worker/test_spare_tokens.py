@@ -13,9 +13,8 @@ from tests.conftest import Env
 from tests.support.factories import parked
 from tests.support.pages import article
 from tests.support.tls_site import TLSSite
-from worker.jobs import lane_pool, spare_tokens
+from worker.jobs import batch_tokens, lane_pool, spare_tokens
 from worker.jobs.celery_app import BATCH_QUEUE, INTERACTIVE_QUEUE, SWEEP_QUEUE, WEBHOOK_QUEUE
-from worker.retrieval import run as runner
 
 #: A Redis database of its own: the session's worker consumes the real queues of database 0.
 ISOLATED_DB = 7
@@ -154,7 +153,7 @@ def test_a_batch_task_fills_the_idle_threads_with_the_tokens_it_takes(
     urls = [site.page(f"/fan/{uuid.uuid4().hex}", article(f"Fan {n}")) for n in range(3)]
     ids = parked(workspace, lane="batch", urls=urls)
     queues.lpush(BATCH_QUEUE, "token-2", "token-3")
-    outcome = runner.run_next_batch()
+    outcome = batch_tokens.run_next_batch()
     assert outcome is not None and "then" not in outcome
     assert queues.llen(BATCH_QUEUE) == 0
     deadline = time.monotonic() + 30
@@ -176,7 +175,7 @@ def test_a_batch_task_runs_the_retrievals_of_the_tokens_it_takes(
     urls = [site.page(f"/spare/{uuid.uuid4().hex}", article(f"Spare {n}")) for n in range(3)]
     ids = parked(workspace, lane="batch", urls=urls)
     queues.lpush(BATCH_QUEUE, "token-2", "token-3")
-    outcome = runner.run_next_batch()
+    outcome = batch_tokens.run_next_batch()
     assert outcome is not None
     assert len(outcome["then"]) == 2
     ran = {outcome["retrieval_id"], *(o["retrieval_id"] for o in outcome["then"])}

@@ -169,16 +169,16 @@ def _stop_extract_pool(**_: Any) -> None:
 @signals.worker_process_init.connect
 def _after_fork(**_: Any) -> None:
     """A forked child must not share the parent's database connections or HTTP pool."""
-    from worker.retrieval import run as runner
+    from worker.fetch import shared
     from worker.store import db
 
     db.skip_pre_ping()  # also forgets the parent's engine
-    runner.reset_fetcher()
+    shared.reset_fetcher()
 
 
 @signals.worker_process_shutdown.connect
 def _before_child_exit(**_: Any) -> None:
     """A pool child ends with os._exit, which closes nothing: close its fetcher first."""
-    from worker.retrieval import run as runner
+    from worker.fetch import shared
 
-    runner.close_fetcher()
+    shared.close_fetcher()

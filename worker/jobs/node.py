@@ -28,16 +28,16 @@ LANE_POOL = "worker.jobs.lane_pool:LaneThreadPool"
 
 def run_threads_worker(argv: list[str]) -> int:
     """Prepare this process for threads, then run `celery worker` with `argv` (no `-P`)."""
+    from worker.fetch import shared
     from worker.jobs.celery_app import app
     from worker.platform import cpu_pin
     from worker.retrieval import extract_pool
-    from worker.retrieval import run as runner
     from worker.store import db
 
     settings = get_settings()
     db.skip_pre_ping()
     db.queue_for_connections()
-    runner.reset_fetcher()
+    shared.reset_fetcher()
     # First, so every thread started from now on (Celery's among them) keeps to the CPU; the
     # extraction processes take back every CPU this process was allowed.
     allowed = os.sched_getaffinity(0)

@@ -6,9 +6,10 @@ import uuid
 from typing import Any
 
 from worker.jobs import flower_tasks
+from worker.jobs.batch_tokens import run_next_batch
 from worker.jobs.celery_app import RETRIEVE_NEXT_TASK, RETRIEVE_TASK, SWEEP_TASK, app
 from worker.jobs.sweep import run_sweep
-from worker.retrieval.run import run_next_batch, run_retrieval
+from worker.retrieval.run import run_retrieval
 
 
 @app.task(name=RETRIEVE_TASK)

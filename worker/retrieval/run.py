@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -17,11 +16,10 @@ from worker.content.results import failure_result
 from worker.domain import clock
 from worker.domain.reasons import Reason
 from worker.domain.states import RetrievalState as S
+from worker.fetch import shared
 from worker.fetch.egress import deadline_scope
-from worker.fetch.fetcher import Fetcher
 from worker.fetch.fleet_metrics import MeteredFetcher
 from worker.freshness import revalidation as freshness
-from worker.jobs import flower_tasks, spare_tokens
 from worker.platform import confine, ranked_gate
 from worker.platform.ranked_gate import ranked
 from worker.platform.settings import get_settings
@@ -37,36 +35,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-_fetcher: Fetcher | None = None
-_fetcher_lock = threading.Lock()
-
-
-def get_fetcher() -> Fetcher:
-    """The process's fetcher (one connection pool, politeness gate and robots memo per worker
-    process: hundreds of threads start at once, and must all get the same one)."""
-    global _fetcher
-    with _fetcher_lock:
-        if _fetcher is None:
-            _fetcher = Fetcher(get_settings())
-        return _fetcher
-
-
-def reset_fetcher() -> None:
-    """Drop the fetcher without closing it: after a fork its sockets are the parent's."""
-    global _fetcher
-    _fetcher = None
-
-
-def close_fetcher() -> None:
-    """Close the process's fetcher (its pooled connections and Redis client), if it made one.
-
-    Called when the process stops serving; a later `get_fetcher` makes a fresh one.
-    """
-    global _fetcher
-    fetcher, _fetcher = _fetcher, None
-    if fetcher is not None:
-        fetcher.close()
-
 
 def produce_output(claim: retrievals.Claim, fetcher: FetcherLike | None = None) -> PipelineOutput:
     """Fetch and extract: the content step, with the page's images. Never raises for a source.
@@ -78,7 +46,7 @@ def produce_output(claim: retrievals.Claim, fetcher: FetcherLike | None = None) 
     from worker.retrieval.pipeline import PipelineOutput, run_pipeline
 
     pool = extract_pool.get()
-    fetcher = fetcher or MeteredFetcher(get_fetcher())
+    fetcher = fetcher or MeteredFetcher(shared.get_fetcher())
     try:
         if pool is not None:
             return produce_split(claim, pool, fetcher)
@@ -148,61 +116,15 @@ def run_retrieval(retrieval_id: uuid.UUID) -> dict[str, Any]:
     return run_claim(*claimed)
 
 
-def run_next_batch() -> dict[str, Any] | None:
-    """Process one batch-lane message: claim the next batch retrieval fairly, run it; then, on
-    a threads worker with nothing else for this thread, take further tokens and run theirs
-    (`spare_tokens`). The first retrieval's outcome, with the others' under "then".
-
-    None when there was nothing to claim (another token ran the retrieval this one stood for).
-    """
-    spare_tokens.fan_out(_run_fanned_out)
-    return _run_with_follow_ons()
-
-
-def _run_fanned_out() -> None:
-    """A token `spare_tokens.fan_out` took, on an idle thread: as a delivered one, its outcomes
-    logged only (no Celery task stands for them)."""
-    try:
-        _run_with_follow_ons()
-    except Exception:  # no task reports it: the log must (the row's lease and the sweep recover it)
-        log.exception("fanned_out_batch_failed")
-
-
-def _run_with_follow_ons() -> dict[str, Any] | None:
-    """The next batch retrieval, then further tokens' while nothing else wants the thread."""
-    first = _run_next_batch()
-    if first is None:
-        return None
-    then: list[dict[str, Any]] = []
-    while len(then) < spare_tokens.MAX_FOLLOW_ONS and spare_tokens.take():
-        try:
-            outcome = _run_next_batch()
-        except Exception as exc:  # noqa: BLE001  (the next token's claim is another's)
-            # A retrieval's own failure is confined in `run_claim`: this is its claim's, and
-            # the row it stood for stays pending, published again by the sweep.
-            confine.record("follow_on", "left", exc)
-            then.append({"delivery": "failed", "error": type(exc).__name__})
-            continue
-        if outcome is None:  # the lane is empty: the token was a spare one
-            break
-        then.append(outcome)
-    return {**first, "then": then} if then else first
-
-
-def _run_next_batch() -> dict[str, Any] | None:
+def claim_next_batch() -> tuple[retrievals.Claim, freshness.Found] | None:
+    """Claim the next batch retrieval the fair claim picks (`worker.retrieval.records`), with
+    what its request led to last; None when the lane is empty. Grouped with other threads'
+    claims in a threads-pool worker (`claim_group`)."""
     with ranked(ranked_gate.BATCH):  # its turn for a connection comes after interactive work's
         if _grouping():
-            claimed = claim_group.get().submit(None)
-        else:
-            lease = timedelta(seconds=get_settings().lease_seconds)
-            claimed = _claim_looking_up(
-                lambda s: retrievals.claim_next_batch(s, clock.now(), lease)
-            )
-    if claimed is None:
-        log.info("claim_skipped", lane="batch")
-        return None
-    structlog.contextvars.bind_contextvars(retrieval_id=str(claimed[0].retrieval_id))
-    return flower_tasks.listed(claimed[0].retrieval_id, lambda: run_claim(*claimed))
+            return claim_group.get().submit(None)
+        lease = timedelta(seconds=get_settings().lease_seconds)
+        return _claim_looking_up(lambda s: retrievals.claim_next_batch(s, clock.now(), lease))
 
 
 def _claim_looking_up(
@@ -274,7 +196,9 @@ def give_back(claim: retrievals.Claim, exc: BaseException) -> dict[str, Any]:
 def _run_claim(claim: retrievals.Claim, found: freshness.Found) -> dict[str, Any]:
     structlog.contextvars.bind_contextvars(workspace_id=str(claim.workspace_id))
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
-    plan = freshness.prepare(claim, found, get_fetcher(), MeteredFetcher(get_fetcher()))
+    plan = freshness.prepare(
+        claim, found, shared.get_fetcher(), MeteredFetcher(shared.get_fetcher())
+    )
     return _settled_output(claim, plan, plan.output or produce_output(claim, plan.fetcher))
 
 
