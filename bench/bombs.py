@@ -1,7 +1,7 @@
 """CPU one hostile body costs the API before and after bounding bodies (`make`-free: run it as
 `.venv/bin/python -m bench.bombs`). In process, no server: "before" is what FastAPI (or the MCP
-SDK) did with the body, "after" what `api.serving.bounded_json` does before either sees it. Bodies over
-a route's byte bound, and keyless bodies, are now answered before a byte is parsed (0 ms).
+SDK) did with the body, "after" what `api.serving.bounded_json` does before either sees it. Bodies
+over a route's byte bound, and keyless bodies, are now answered before a byte is parsed (0 ms).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """`evidence webhooks …`: operators manage any workspace's webhook endpoints.
 
-The same functions as the routes (`api.services.webhook_endpoints`) with an operator's principal, which
-may use every workspace. Each command prints JSON (one document per line for lists); the secret
-appears only in the output of `create` and `rotate`.
+The same functions as the routes (`api.services.webhook_endpoints`) with an operator's principal,
+which may use every workspace. Each command prints JSON (one document per line for lists); the
+secret appears only in the output of `create` and `rotate`.
 """
 
 from __future__ import annotations

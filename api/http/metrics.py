@@ -44,11 +44,11 @@ from api.http.webhook_metrics import WebhookCollector
 from worker.domain import clock
 from worker.domain.states import RetrievalState as S
 from worker.fetch import fleet_metrics as fetch_metrics
-from worker.freshness import metrics as freshness_metrics
 from worker.jobs import outbox
 from worker.jobs.celery_app import LANE_QUEUES
 from worker.platform import confine
 from worker.retrieval import records as retrievals
+from worker.retrieval.freshness import metrics as freshness_metrics
 from worker.store import db
 from worker.store.models import LANES
 

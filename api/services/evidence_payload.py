@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from worker.domain.clock import as_utc, isoformat
-from worker.retrieval.payload import RetrievalDoc, RetrievalPayload, retrieval_payload
 from worker.store.models import Evidence, EvidenceRevision
+from worker.store.retrieval_view import RetrievalDoc, RetrievalPayload, retrieval_payload
 
 __all__ = ["RetrievalDoc", "RetrievalPayload", "evidence_payload", "retrieval_payload"]
 

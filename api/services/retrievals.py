@@ -29,12 +29,15 @@ from api.services.evidence_payload import (
 )
 from worker.domain import clock
 from worker.domain.states import RetrievalState as S
-from worker.freshness import sources
-from worker.jobs import outbox
+from worker.jobs import (
+    outbox,
+    webhook_outbox,  # noqa: F401  (publishes the deliveries a cancel records)
+)
 from worker.platform.settings import get_settings
 from worker.retrieval import notify, single_retrieval
 from worker.retrieval import records as retrievals
-from worker.store import db
+from worker.retrieval.freshness import sources
+from worker.store import db, retrieval_view
 from worker.store import evidence as evidence_store
 from worker.store.models import LANE_INTERACTIVE
 
@@ -150,7 +153,7 @@ def refusal_error(reason: str, limits: quotas.Limits, grant: quotas.Grant) -> Ap
     return quotas.over_ceiling(limits)
 
 
-def announce_created(rows: list[retrievals.RetrievalRow]) -> None:
+def announce_created(rows: list[retrieval_view.RetrievalRow]) -> None:
     """Count and log new retrievals (metrics, poll advice)."""
     for row in rows:
         RETRIEVALS_CREATED.labels(row.kind).inc()
@@ -175,7 +178,7 @@ def read_retrieval_advised(
 ) -> tuple[RetrievalPayload, int | None]:
     """The retrieval as it stands, and the `Retry-After` its answer carries."""
     principal.require(None)
-    row = retrievals.read_row(session, retrieval_id)
+    row = retrieval_view.read_row(session, retrieval_id)
     if row is None or not principal.can_read(row.workspace_id):
         raise not_found("no such retrieval")
     payload = retrieval_payload(row)
@@ -187,7 +190,7 @@ def read_retrievals(
 ) -> list[RetrievalDoc | None]:
     """The retrievals in the order asked; None for unknown ids and other workspaces' alike."""
     principal.require(None)
-    rows = retrievals.read_rows(session, retrieval_ids)
+    rows = retrieval_view.read_rows(session, retrieval_ids)
     readable = {
         row.id: retrieval_payload(row)["retrieval"]
         for row in rows
@@ -201,12 +204,12 @@ def cancel_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> Retrieval
     principal.require(None)
 
     def _cancel(session: Session) -> RetrievalPayload:
-        row = retrievals.get_retrieval(session, retrieval_id)
+        row = retrieval_view.get_retrieval(session, retrieval_id)
         if row is None or not principal.can_read(row.workspace_id):
             raise not_found("no such retrieval")
         cancelled = retrievals.cancel(session, row, clock.now())
         if cancelled is None:  # already settled, perhaps since we read it: answer it as it is
-            cancelled = retrievals.get_retrieval(session, retrieval_id)
+            cancelled = retrieval_view.get_retrieval(session, retrieval_id)
         return retrieval_payload(cancelled)  # type: ignore[arg-type]
 
     payload = db.with_transient_retry(_cancel)
@@ -328,7 +331,7 @@ def warm_up() -> None:
         for connection in connections:
             connection.close()  # back to the pool, open
         with db.read_session() as session:
-            retrievals.read_row(session, uuid.uuid4())
+            retrieval_view.read_row(session, uuid.uuid4())
             with contextlib.suppress(ApiError):  # compiles the key lookup; no such key: 401
                 authenticate(session, "Bearer warm-up")
         backlog.pending()

@@ -30,7 +30,7 @@ from worker.domain import clock
 from worker.jobs import outbox
 from worker.platform.settings import get_settings
 from worker.retrieval import records as retrievals
-from worker.store import db
+from worker.store import db, retrieval_view
 
 
 def _item_error(error: ApiError) -> dict[str, Any]:
@@ -98,7 +98,7 @@ def submit_batch(
         for workspace_id, (limits, grant) in grants.items():
             quotas.limiter.refund(workspace_id, grant.granted, limits)
         raise
-    created: list[retrievals.RetrievalRow] = []
+    created: list[retrieval_view.RetrievalRow] = []
     for workspace_id, (limits, grant) in grants.items():
         outcome = outcomes[workspace_id]
         answered: set[uuid.UUID] = set()

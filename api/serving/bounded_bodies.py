@@ -1,4 +1,5 @@
-"""Each JSON body route's bounds, enforced before FastAPI reads the body (`api.serving.bounded_json`).
+"""Each JSON body route's bounds, enforced before FastAPI reads the body
+(`api.serving.bounded_json`).
 
 A pure ASGI middleware inside `BodyLimit`. For a request to a route in `ROUTES` it answers
 at once, without reading the body, a Content-Length over the route's byte limit (413) and a

@@ -1,7 +1,7 @@
 """Whatever URL the door (`api.schemas.Url`) accepts, every later step reads without failing.
 
-The door, the fetch guard and the evidence key share one parser (`worker.domain.urls`), so a URL that
-passes the door can never make the guard say it does not parse, nor the key raise.
+The door, the fetch guard and the evidence key share one parser (`worker.domain.urls`), so a URL
+that passes the door can never make the guard say it does not parse, nor the key raise.
 """
 
 from __future__ import annotations

@@ -54,11 +54,10 @@ def wait_running(history: History, retrieval_id: str, timeout: float = 20) -> No
 
 
 def attempt_of(retrieval_id: str) -> int:
-    from worker.retrieval import records as retrievals
-    from worker.store import db
+    from worker.store import db, retrieval_view
 
     with db.session_scope(readonly=True) as session:
-        row = retrievals.get_retrieval(session, uuid.UUID(retrieval_id))
+        row = retrieval_view.get_retrieval(session, uuid.UUID(retrieval_id))
         assert row is not None
         return row.attempt
 

@@ -25,14 +25,14 @@ from sqlalchemy.orm import Session
 from worker.content.results import Content, content_result, failure_result
 from worker.domain import clock
 from worker.domain.reasons import Reason
-from worker.freshness import revalidation as freshness
-from worker.freshness import sources
-from worker.freshness.conditional import RecordingFetcher
 from worker.jobs import sweep
 from worker.platform.settings import get_settings
 from worker.retrieval import claim_group, settle_group
 from worker.retrieval import records as retrievals
 from worker.retrieval import run as runner
+from worker.retrieval.freshness import revalidation as freshness
+from worker.retrieval.freshness import sources
+from worker.retrieval.freshness.conditional import RecordingFetcher
 from worker.retrieval.settles import SettleJob
 from worker.store import db
 

@@ -49,9 +49,8 @@ def test_unexpected_extraction_error_settles_on_first_attempt(
 ) -> None:
     """The extractor raising settles the first attempt as unsupported_content, text unleaked."""
     from worker.content import html
-    from worker.retrieval import records as retrievals
     from worker.retrieval import run as runner
-    from worker.store import db
+    from worker.store import db, retrieval_view
 
     def explode(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError(SECRET)
@@ -67,7 +66,7 @@ def test_unexpected_extraction_error_settles_on_first_attempt(
     assert (result["status"], result["reason"]) == ("unsupported", "unsupported_content")
     assert result["text"] == "" and retrieval["evidence"] is None
     with db.session_scope(readonly=True) as session:
-        row = retrievals.get_retrieval(session, stored)
+        row = retrieval_view.get_retrieval(session, stored)
         assert row is not None and row.attempt == 1
     logged = "".join(capfd.readouterr())
     assert "content_step_failed" in logged and "RuntimeError" in logged

@@ -126,7 +126,7 @@ def evidence_of(api: Api, evidence_id: str) -> dict[str, Any]:
 
 
 def freshness_counts() -> dict[tuple[str, str], int]:
-    from worker.freshness import metrics as freshness_metrics
+    from worker.retrieval.freshness import metrics as freshness_metrics
 
     counts = freshness_metrics.read()
     assert counts is not None
@@ -293,7 +293,7 @@ def test_a_304_counts_only_from_the_stored_final_url() -> None:
     """`accept_not_modified`: a 304 to a request that sent a validator, from the URL the stored
     response came from; not from another URL, not without a validator, never a 200."""
     from worker.fetch.types import FetchedResponse, NotModified
-    from worker.freshness.conditional import Validator, accept_not_modified
+    from worker.retrieval.freshness.conditional import Validator, accept_not_modified
 
     stored: Validator = {
         "url": "https://a.example/start",
@@ -458,8 +458,8 @@ class TestReuseWindow:
     def test_edges(self) -> None:
         """Age ≤ N reuses, a microsecond more does not; a stale request's revision never."""
         from worker.domain import clock
-        from worker.freshness.revalidation import may_reuse
-        from worker.freshness.sources import StoredSource
+        from worker.retrieval.freshness.revalidation import may_reuse
+        from worker.retrieval.freshness.sources import StoredSource
 
         confirmed = clock.now()
         source = StoredSource(uuid.uuid4(), 2, 2, [], {}, "", None, None, [], {}, confirmed)
@@ -572,8 +572,8 @@ def test_the_full_retrieval_after_revalidating_shares_its_fetch_deadline(site: T
     from worker.domain.reasons import Reason
     from worker.fetch.fetcher import Fetcher
     from worker.fetch.types import FetchFailure
-    from worker.freshness.conditional import PrimedFetcher
     from worker.platform.settings import get_settings
+    from worker.retrieval.freshness.conditional import PrimedFetcher
 
     url = site.page(f"/fresh/{uuid.uuid4().hex}", article("Lakes too late"))
     with Fetcher(get_settings()) as fetcher:
@@ -591,8 +591,8 @@ def test_a_group_looks_up_what_each_claim_alone_would(site: TLSSite, workspace: 
     import sqlalchemy as sa
 
     from tests.support.factories import cancel_open, parked
-    from worker.freshness import revalidation as freshness
     from worker.retrieval import records as retrievals
+    from worker.retrieval.freshness import revalidation as freshness
     from worker.store import db
 
     fetched = serve(site, Origin(article("Grouped").encode(), etag='"g1"'))

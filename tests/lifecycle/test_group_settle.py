@@ -20,7 +20,7 @@ from worker.content.results import Content, content_result
 from worker.domain import clock
 from worker.retrieval import records as retrievals
 from worker.retrieval import settle_group, settles
-from worker.store import at_commit, db
+from worker.store import at_commit, db, retrieval_view
 from worker.store.models import Evidence, EvidenceRevision, Retrieval
 from worker.store.read_models import EvidenceChunk, EvidenceReport
 from worker.webhooks import records as webhooks
@@ -109,7 +109,7 @@ class TestSettleMany:
         late = _claimed(workspace, "https://example.org/late", ttl=timedelta(seconds=1))
 
         def cancel(session: Any) -> None:
-            row = retrievals.get_retrieval(session, cancelled.retrieval_id)
+            row = retrieval_view.get_retrieval(session, cancelled.retrieval_id)
             assert row is not None and retrievals.cancel(session, row, clock.now()) is not None
 
         db.with_transient_retry(cancel)

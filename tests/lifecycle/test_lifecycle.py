@@ -291,11 +291,10 @@ def count_rows(table: str, workspace: uuid.UUID) -> int:
 
 
 def attempts_of(retrieval_id: str) -> int:
-    from worker.retrieval import records as retrievals
-    from worker.store import db
+    from worker.store import db, retrieval_view
 
     with db.session_scope() as session:
-        row = retrievals.get_retrieval(session, uuid.UUID(retrieval_id))
+        row = retrieval_view.get_retrieval(session, uuid.UUID(retrieval_id))
         assert row is not None
         return row.attempt
 

@@ -33,11 +33,10 @@ def slow_page(site: TLSSite) -> str:
 
 
 def row(retrieval_id: str):  # type: ignore[no-untyped-def]
-    from worker.retrieval import records as retrievals
-    from worker.store import db
+    from worker.store import db, retrieval_view
 
     with db.session_scope() as session:
-        return retrievals.get_retrieval(session, uuid.UUID(retrieval_id))
+        return retrieval_view.get_retrieval(session, uuid.UUID(retrieval_id))
 
 
 class TestBrokerOutage:

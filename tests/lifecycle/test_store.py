@@ -10,7 +10,7 @@ import pytest
 from worker.content.results import Content, content_result
 from worker.domain import clock
 from worker.retrieval import records as retrievals
-from worker.store import db
+from worker.store import db, retrieval_view
 
 pytestmark = pytest.mark.lifecycle
 
@@ -42,7 +42,7 @@ def _result(text: str = "Some text.") -> dict:
 
 def _evidence_of(retrieval_id: uuid.UUID) -> tuple[uuid.UUID | None, int | None]:
     with db.session_scope(readonly=True) as session:
-        row = retrievals.get_retrieval(session, retrieval_id)
+        row = retrieval_view.get_retrieval(session, retrieval_id)
         assert row is not None
         return row.evidence_id, row.evidence_revision
 
@@ -89,7 +89,7 @@ def _rescue() -> tuple[int, int]:
 
 def _state(retrieval_id: uuid.UUID) -> tuple[str, int]:
     with db.session_scope(readonly=True) as session:
-        row = retrievals.get_retrieval(session, retrieval_id)
+        row = retrieval_view.get_retrieval(session, retrieval_id)
         assert row is not None
         return row.state, row.attempt
 
@@ -183,7 +183,7 @@ class TestLaneAtInsert:
     @staticmethod
     def _create(
         workspace_id: uuid.UUID, mutation_id: uuid.UUID | None = None
-    ) -> tuple[retrievals.RetrievalRow, bool]:
+    ) -> tuple[retrieval_view.RetrievalRow, bool]:
         new = retrievals.NewRetrieval(
             workspace_id, mutation_id or uuid.uuid4(), "https://example.org/a", "url_text", None
         )

@@ -148,10 +148,9 @@ class TestErrors:
 
 
 def mutation_of(retrieval_id: str) -> str:
-    from worker.retrieval import records as retrievals
-    from worker.store import db
+    from worker.store import db, retrieval_view
 
     with db.session_scope(readonly=True) as session:
-        row = retrievals.get_retrieval(session, uuid.UUID(retrieval_id))
+        row = retrieval_view.get_retrieval(session, uuid.UUID(retrieval_id))
         assert row is not None
         return str(row.mutation_id)

@@ -1,5 +1,6 @@
 """The real processes keep to their CPUs: the worker's threads to one, its extraction processes
-to all, each of `evidence api --workers 2`'s processes to one of its own (worker/platform/cpu_pin.py)."""
+to all, each of `evidence api --workers 2`'s processes to one of its own
+(worker/platform/cpu_pin.py)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from tests.support.services import wait_for
 from tests.support.tls_site import TLSSite
 from worker.domain import clock
 from worker.retrieval import records as retrievals
-from worker.store import db
+from worker.store import db, retrieval_view
 
 pytestmark = pytest.mark.usefixtures("services")
 
@@ -80,7 +80,7 @@ class TestMetricsEndpoint:
 
         def settled() -> bool:
             with db.session_scope(readonly=True) as session:
-                return retrievals.get_retrieval(session, row.id).state in SETTLED  # type: ignore[union-attr]
+                return retrieval_view.get_retrieval(session, row.id).state in SETTLED  # type: ignore[union-attr]
 
         wait_for(settled, timeout=60, interval=0.3)
 

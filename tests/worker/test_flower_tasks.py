@@ -283,11 +283,10 @@ class TestListed:
 
 
 def _settled(ids: list[str]) -> bool:
-    from worker.retrieval import records as retrievals
-    from worker.store import db
+    from worker.store import db, retrieval_view
 
     with db.session_scope(readonly=True) as session:
-        rows = [retrievals.get_retrieval(session, uuid.UUID(i)) for i in ids]
+        rows = [retrieval_view.get_retrieval(session, uuid.UUID(i)) for i in ids]
     return all(row is not None and row.state == "completed" for row in rows)
 
 

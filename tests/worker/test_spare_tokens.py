@@ -110,11 +110,10 @@ def test_broker_trouble_means_back_to_celery(
 
 
 def _states(ids: list[str]) -> dict[str, str]:
-    from worker.retrieval import records as retrievals
-    from worker.store import db
+    from worker.store import db, retrieval_view
 
     with db.session_scope(readonly=True) as session:
-        rows = [retrievals.get_retrieval(session, uuid.UUID(i)) for i in ids]
+        rows = [retrieval_view.get_retrieval(session, uuid.UUID(i)) for i in ids]
         return {str(row.id): row.state for row in rows if row is not None}
 
 

@@ -1,8 +1,8 @@
 """Text the database refuses: U+0000 (PostgreSQL's text cannot hold it) and lone surrogates
 (not encodable as UTF-8, so the driver cannot send them).
 
-Requests carrying such text are refused at the door (`api.serving.bounded_json`); text that comes from
-outside (a receiver's answer, a page) is made storable with `storable` before it is written.
+Requests carrying such text are refused at the door (`api.serving.bounded_json`); text that comes
+from outside (a receiver's answer, a page) is made storable with `storable` before it is written.
 """
 
 from __future__ import annotations

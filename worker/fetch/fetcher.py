@@ -116,7 +116,7 @@ class Fetcher:
         every bound `fetch` applies: a 304's final URL and headers, or the full response.
 
         Whether a 304 may stand for a stored revision is the caller's decision
-        (`worker.freshness.conditional.accept_not_modified`).
+        (`worker.retrieval.freshness.conditional.accept_not_modified`).
         """
         trail = Trail()
         with (

@@ -187,8 +187,8 @@ def normalise_host_name(host: str) -> str | Verdict:
 def check_url(url: str, allowed_ports: list[int] | frozenset[int]) -> ParsedTarget | Verdict:
     """Static checks of a URL (scheme, userinfo, port, host form); addresses come later.
 
-    The URL is split by `worker.domain.urls.parse` (the WHATWG URL Standard, as browsers and the API's
-    door read it), so the host checked here is the one every other step sees: IDNA-mapped, and
+    The URL is split by `worker.domain.urls.parse` (the WHATWG URL Standard, as browsers and the
+    API's door read it), so the host checked here is the one every other step sees: IDNA-mapped, and
     any IPv4 notation (`0x7f.1`, `2130706433`, fullwidth digits) already the address it names.
     """
     if not isinstance(url, str) or len(url) > MAX_URL_CHARS:

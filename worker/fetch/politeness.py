@@ -106,8 +106,8 @@ class LocalGate:
     A worker keeps hundreds of retrievals in flight; without this, every one waiting for a busy
     host would poll Redis 20 times a second. Waiting at a gate costs nothing, and only the
     fetches that hold one of the process's `limit` permits for a host ask Redis for a slot.
-    The gate admits interactive work first (`worker.platform.ranked_gate`): an agent's single fetch of a
-    host that a batch keeps busy takes the next permit. Gates exist only while someone holds
+    The gate admits interactive work first (`worker.platform.ranked_gate`): an agent's single fetch
+    of a host that a batch keeps busy takes the next permit. Gates exist only while someone holds
     or waits for them.
     """
 

@@ -1,4 +1,5 @@
-"""The webhook Celery tasks: thin wrappers over `worker.webhooks.delivery`."""
+"""The webhook Celery tasks: thin wrappers over `worker.webhooks.delivery` and the webhook
+sweep (`worker.jobs.webhook_outbox`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import uuid
 from typing import Any
 
 from worker.jobs.celery_app import DELIVER_WEBHOOK_TASK, WEBHOOK_SWEEP_TASK, app
-from worker.webhooks.delivery import run_delivery, run_webhook_sweep
+from worker.jobs.webhook_outbox import run_webhook_sweep
+from worker.webhooks.delivery import run_delivery
 
 
 @app.task(name=DELIVER_WEBHOOK_TASK)

@@ -84,7 +84,8 @@ class Settings(BaseSettings):
     #: sees only its share of new retrievals; the poll advice scales what it saw by this.
     api_workers: int = Field(default=1, ge=1, le=256)
     #: `evidence api`: `auto` keeps each API process on a CPU of its own while there are CPUs to
-    #: go round, when it may use two or more (`worker.platform.cpu_pin`); `none` leaves them unpinned.
+    #: go round, when it may use two or more (`worker.platform.cpu_pin`); `none` leaves them
+    #: unpinned.
     api_cpu: Literal["auto", "none"] = "auto"
     api_retry_after_seconds: int = 5
     log_level: str = "INFO"

@@ -18,10 +18,10 @@ import structlog
 from sqlalchemy.orm import Session
 
 from worker.domain import clock
-from worker.freshness import revalidation as freshness
 from worker.platform import confine
 from worker.platform.settings import get_settings
 from worker.retrieval import records as retrievals
+from worker.retrieval.freshness import revalidation as freshness
 from worker.retrieval.grouped import Grouped, one_per_process
 from worker.store import db
 

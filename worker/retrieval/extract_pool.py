@@ -86,8 +86,8 @@ class ExtractPool:
 
         `wait` bounds the whole call, the time queued for a free process included: past it
         the step is cancelled (a running one has its process killed) and the call gives up.
-        Steps queue by the thread's rank (`worker.platform.ranked_gate`: the interactive lane before the
-        batch lane), then in arrival order.
+        Steps queue by the thread's rank (`worker.platform.ranked_gate`: the interactive lane
+        before the batch lane), then in arrival order.
         """
         started = time.monotonic()
         if not self._gate.acquire(wait):

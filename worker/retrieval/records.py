@@ -1,8 +1,8 @@
 """Retrieval persistence: idempotent create, fenced claim and settle, cancel.
 
 Every state change is one guarded UPDATE whose WHERE clause states the transition it allows
-(`worker.domain.states`), so concurrent workers, duplicate deliveries, cancels and the sweep can race
-freely: the database lets exactly one of them win.
+(`worker.domain.states`), so concurrent workers, duplicate deliveries, cancels and the sweep can
+race freely: the database lets exactly one of them win.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from worker.store.models import (
     BatchSchedule,
     Retrieval,
 )
+from worker.store.retrieval_view import RetrievalRow
 from worker.store.typed import rowcount
 from worker.webhooks import records as webhooks
 
@@ -41,9 +42,6 @@ RETRIEVAL: sa.Table = Retrieval.__table__  # type: ignore[attr-defined]
 SCHEDULE: sa.Table = BatchSchedule.__table__  # type: ignore[attr-defined]
 #: Advisory lock class of a workspace's quota check (PostgreSQL's two-key form: class, id).
 QUOTA_LOCK_CLASS = 16_001
-#: A retrieval row as read (the model's attributes, without building a model object: SQLModel's
-#: constructor validates every field, about 1 ms a row on a loaded machine, 1 s per batch).
-RetrievalRow = sa.Row[Any]
 
 # The worker's two statements per delivery, built once (bound parameters are prefixed `b_`:
 # SQLAlchemy reserves the column names for the SET clause).
@@ -501,10 +499,6 @@ def note_batch_work(session: Session, workspace_ids: Sequence[uuid.UUID]) -> Non
         session.execute(db.insert_for(db.dialect(session))(SCHEDULE).on_conflict_do_nothing(), rows)
 
 
-def get_retrieval(session: Session, retrieval_id: uuid.UUID) -> Retrieval | None:
-    return session.get(Retrieval, retrieval_id, populate_existing=True)
-
-
 def mark_unpublished(session: Session, ids: Sequence[uuid.UUID]) -> None:
     """The broker did not take them: leave them to the sweep, which publishes NULLs first."""
     if ids:
@@ -790,7 +784,8 @@ def settle_claim(
 
     A fenced settle writes nothing; if the retrieval is past `valid_until` it is expired instead
     (too late is too late: past valid_until a retrieval is expired, not completed). `then`
-    runs in the same transaction after a settle that won (`worker.freshness.revalidation`).
+    runs in the same transaction after a settle that won
+    (`worker.retrieval.freshness.revalidation`).
     """
 
     def write(session: Session) -> None:
@@ -965,22 +960,6 @@ def unpublished_among(session: Session, ids: list[uuid.UUID]) -> set[uuid.UUID]:
         RETRIEVAL.c.id.in_(ids), RETRIEVAL.c.published_at.is_(None)
     )
     return set(session.execute(query).scalars())
-
-
-#: One retrieval by id as a plain row: its payload needs the columns only, and the ORM's
-#: identity map and object construction cost more CPU than the query on this hot path.
-_ROW_BY_ID = sa.select(*RETRIEVAL.columns).where(RETRIEVAL.c.id == sa.bindparam("retrieval_id"))
-
-
-def read_rows(session: Session, retrieval_ids: Sequence[uuid.UUID]) -> list[sa.Row[Any]]:
-    """The retrievals' columns as plain rows, in no particular order (unknown ids are missing)."""
-    query = sa.select(*RETRIEVAL.columns).where(RETRIEVAL.c.id.in_(set(retrieval_ids)))
-    return list(session.execute(query))
-
-
-def read_row(session: Session, retrieval_id: uuid.UUID) -> sa.Row[Any] | None:
-    """The retrieval's columns as a plain row (attributes named as the model's), or None."""
-    return session.execute(_ROW_BY_ID, {"retrieval_id": retrieval_id}).one_or_none()
 
 
 def count_pending(session: Session) -> int:

@@ -19,16 +19,16 @@ from worker.domain.states import RetrievalState as S
 from worker.fetch import shared
 from worker.fetch.egress import deadline_scope
 from worker.fetch.fleet_metrics import MeteredFetcher
-from worker.freshness import revalidation as freshness
 from worker.platform import confine, ranked_gate
 from worker.platform.ranked_gate import ranked
 from worker.platform.settings import get_settings
 from worker.retrieval import claim_group, extract_pool, notify, settle_group
 from worker.retrieval import records as retrievals
 from worker.retrieval import split_pipeline as replay
+from worker.retrieval.freshness import revalidation as freshness
 from worker.retrieval.outcomes import Delivery, task_outcome
 from worker.retrieval.settles import SettleJob, settle_alone
-from worker.store import db
+from worker.store import db, retrieval_view
 
 if TYPE_CHECKING:
     from worker.retrieval.pipeline import FetcherLike, PipelineOutput
@@ -41,7 +41,7 @@ def produce_output(claim: retrievals.Claim, fetcher: FetcherLike | None = None) 
 
     In a threads-pool worker the fetches run here and the extraction in the process pool
     (`produce_split`); in a prefork child both run here, bounded by Celery's soft time limit.
-    `fetcher` is the one `worker.freshness.revalidation` prepared (it records validators).
+    `fetcher` is the one `worker.retrieval.freshness.revalidation` prepared (it records validators).
     """
     from worker.retrieval.pipeline import PipelineOutput, run_pipeline
 
@@ -103,7 +103,8 @@ def _timed_out(claim: retrievals.Claim, why: str) -> PipelineOutput:
 
 
 def run_retrieval(retrieval_id: uuid.UUID) -> dict[str, Any]:
-    """Process one delivery of an interactive retrieval; what happened (`worker.retrieval.outcomes`)."""
+    """Process one delivery of an interactive retrieval; what happened
+    (`worker.retrieval.outcomes`)."""
     settings = get_settings()
     lease = timedelta(seconds=settings.lease_seconds)
     claimed = _claim_looking_up(lambda s: retrievals.claim(s, retrieval_id, clock.now(), lease))
@@ -243,7 +244,7 @@ def _recorded_outcome(
     retrieval_id: uuid.UUID, delivery: Delivery, attempt: int | None
 ) -> dict[str, Any]:
     """The outcome of a delivery that recorded nothing: the row as someone else left it."""
-    row = db.with_transient_retry(lambda s: retrievals.get_retrieval(s, retrieval_id))
+    row = db.with_transient_retry(lambda s: retrieval_view.get_retrieval(s, retrieval_id))
     if row is None:
         return task_outcome(retrieval_id, delivery, None, None, attempt)
     return task_outcome(retrieval_id, delivery, row.state, row.result, attempt)

@@ -1,10 +1,10 @@
 """Batch-lane settles of a threads-pool worker, written a group per transaction.
 
 Hundreds of batch retrievals finish in one process at once; their settles are written together
-(`worker.retrieval.grouped`, `worker.retrieval.settles.settle_many`). Only the batch lane is grouped: an
-agent's interactive settle keeps its own transaction, and never waits behind a group. Should a
-group's transaction fail for any reason but a lost claim, its settles are written one by one
-(`retrievals.settle_claim`), so one bad outcome fails only its own retrieval, exactly as before.
+(`worker.retrieval.grouped`, `worker.retrieval.settles.settle_many`). Only the batch lane is
+grouped: an agent's interactive settle keeps its own transaction, and never waits behind a group.
+Should a group's transaction fail for any reason but a lost claim, its settles are written one by
+one (`retrievals.settle_claim`), so one bad outcome fails only its own retrieval, exactly as before.
 """
 
 from __future__ import annotations

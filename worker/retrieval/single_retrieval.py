@@ -33,7 +33,6 @@ from worker.retrieval.records import (
     RETRIEVAL,
     SCHEDULE,
     NewRetrieval,
-    RetrievalRow,
     create_within_quota,
     insert_one,
     new_row_values,
@@ -42,6 +41,7 @@ from worker.retrieval.records import (
 )
 from worker.store import db
 from worker.store.models import LANE_BATCH, LANE_INTERACTIVE
+from worker.store.retrieval_view import RetrievalRow
 
 
 def record_single(

@@ -144,7 +144,8 @@ class EvidenceSource(SQLModel, table=True):
     """A requested URL and what it last led to: the revision, validators, result's status.
 
     Keyed by what a retrieval asks for (the evidence item's identity needs the final URL, known
-    only after a fetch), so a retrieval can revalidate before it fetches (`worker.freshness`).
+    only after a fetch), so a retrieval can revalidate before it fetches
+    (`worker.retrieval.freshness`).
     """
 
     __tablename__ = "evidence_source"

@@ -10,7 +10,7 @@ the one it claimed. The sweep republishes what is due and never reached a worker
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -198,12 +198,21 @@ def _stage(session: Session, ids: list[uuid.UUID]) -> None:
     staged.extend(ids)
 
 
+#: What publishes deliveries once their rows committed: installed by the Celery layer
+#: (`worker.jobs.webhook_outbox`), which the records never import.
+_publisher: Callable[[list[uuid.UUID]], None] | None = None
+
+
+def install_publisher(publish: Callable[[list[uuid.UUID]], None]) -> None:
+    """Publish staged deliveries with `publish` after each commit that wrote some."""
+    global _publisher
+    _publisher = publish
+
+
 def _after_commit(session: Session) -> None:
     ids = session.info.pop(_STAGED, None)
-    if ids:
-        from worker.webhooks import delivery as jobs  # the outbox's publisher (imports Celery)
-
-        jobs.publish_committed(list(ids))
+    if ids and _publisher is not None:  # without one, the webhook sweep publishes them
+        _publisher(list(ids))
 
 
 def _after_rollback(session: Session) -> None:

@@ -4,12 +4,12 @@ The runner calls `look_up` in the claim's transaction, `prepare` before the pipe
 `remember` and `settled` at the settle:
 
 * `look_up` finds what this request (workspace, kind, requested URL, language) led to last
-  (`worker.freshness.sources`), with no transaction of its own. In `prepare`, within the client's
-  `max-age` the stored revision is the answer at once, with no fetch (`reused`). Otherwise,
+  (`worker.retrieval.freshness.sources`), with no transaction of its own. In `prepare`, within the
+  client's `max-age` the stored revision is the answer at once, with no fetch (`reused`). Otherwise,
   when every URL the last retrieval fetched left a validator, each is asked again
   conditionally through the guarded fetcher; if every one answers an acceptable 304
-  (`worker.freshness.conditional.accept_not_modified`) the stored revision is the answer, with no
-  download and no extraction (`revalidated`), and the settle names it as it is
+  (`worker.retrieval.freshness.conditional.accept_not_modified`) the stored revision is the answer,
+  with no download and no extraction (`revalidated`), and the settle names it as it is
   (`stored_revision`). Anything else is a full retrieval, which reuses whatever the
   conditional requests already brought back in full.
 * `remember`, run in the settle's own transaction, records what the request led to (revision,
@@ -37,10 +37,10 @@ from worker.domain.reasons import Reason
 from worker.fetch import fleet_metrics
 from worker.fetch.egress import deadline_scope
 from worker.fetch.types import FetchedResponse, FetchFailure
-from worker.freshness import conditional, sources
-from worker.freshness import metrics as freshness_metrics
-from worker.freshness.conditional import PrimedFetcher, RecordingFetcher, Validator
 from worker.retrieval import records as retrievals
+from worker.retrieval.freshness import conditional, sources
+from worker.retrieval.freshness import metrics as freshness_metrics
+from worker.retrieval.freshness.conditional import PrimedFetcher, RecordingFetcher, Validator
 
 if TYPE_CHECKING:
     from worker.fetch.fetcher import Fetcher
