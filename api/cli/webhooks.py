@@ -82,8 +82,8 @@ def list_(
     ] = None,
 ) -> None:
     """One endpoint per line (never a secret)."""
-    from api.http.deps import read_only_session
     from api.services import webhook_endpoints as webhooks
+    from worker.store.db import read_only_session
     from worker.webhooks import records as store
 
     with read_only_session() as session:

@@ -8,8 +8,8 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from api import errors
+from api.auth import principal_for
 from api.http import metrics, openapi
-from api.http.deps import principal_for
 from api.http.middleware import RequestMetrics
 from api.http.routes import briefs, chunks, evidence, health, images, retrievals, webhooks
 from api.services import image_fetch, waiters

@@ -28,7 +28,6 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Histogram,
-    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.core import (
@@ -41,6 +40,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from api.http.webhook_metrics import WebhookCollector
+from api.services.counters import REGISTRY
 from worker.domain import clock
 from worker.domain.states import RetrievalState as S
 from worker.fetch import fleet_metrics as fetch_metrics
@@ -56,12 +56,9 @@ from worker.store.models import LANES
 CACHE_SECONDS = float(os.environ.get("EVIDENCE_METRICS_CACHE_SECONDS", "5"))
 OPEN_STATES = (S.PENDING.value, S.RUNNING.value)
 #: prometheus-client leaves these two unannotated: their signatures, so calls to them type-check.
-_disable_created_metrics: Callable[[], None] = disable_created_metrics
 _multiprocess_collector: Callable[[CollectorRegistry], object] = MultiProcessCollector
 #: Workspaces with their own `evidence_workspace_open_retrievals` series (the rest: "other").
 TOP_WORKSPACES = 10
-REGISTRY = CollectorRegistry()
-_disable_created_metrics()  # `_created` series only add noise to every counter
 
 HTTP_REQUESTS = Counter(
     "evidence_http_requests",
@@ -73,12 +70,6 @@ HTTP_DURATION = Histogram(
     "evidence_http_request_duration_seconds",
     "Time to answer an HTTP request, by method and route template.",
     ["method", "route"],
-    registry=REGISTRY,
-)
-RETRIEVALS_CREATED = Counter(
-    "evidence_retrievals_created",
-    "Retrievals created by this API process (202 answers), by kind.",
-    ["kind"],
     registry=REGISTRY,
 )
 

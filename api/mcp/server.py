@@ -27,9 +27,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.auth import Principal, authenticate
+from api.auth import Principal, authenticate, principal_for
 from api.errors import ApiError, envelope
-from api.http.deps import principal_for
 from api.mcp import read_tools  # noqa: F401  (registers the read-side tools)
 from api.mcp.tools import REGISTRY, ToolSpec, parse_arguments
 from api.serving.body_limit import BodyLimit

@@ -32,12 +32,12 @@ import anyio.to_thread
 
 from api.auth import Principal
 from api.errors import ApiError
-from api.http.deps import read_only_session
 from api.read_schemas import ImageGetRequest
 from api.services import read
 from worker.fetch import shared
 from worker.fetch.image_bytes import ImageUnavailable, fetch_image
 from worker.platform.settings import get_settings
+from worker.store.db import read_only_session
 
 #: Retry-After (seconds) when an image's bytes could not be fetched.
 IMAGE_RETRY_AFTER_SECONDS = 30

@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 
 from api.auth import Principal, authenticate
 from api.errors import ApiError, invalid_input, not_found
-from api.http.metrics import RETRIEVALS_CREATED
 from api.schemas import RetrieveRequest
 from api.services import admission as quotas
+from api.services.counters import RETRIEVALS_CREATED
 from api.services.evidence_payload import (
     RetrievalDoc,
     RetrievalPayload,

@@ -15,12 +15,12 @@ import sqlalchemy as sa
 
 from api.auth import Principal
 from api.errors import ApiError, invalid_input, not_found
-from api.http.deps import read_only_session
 from api.webhook_schemas import WebhookCreateRequest, WebhookUpdateRequest
 from worker.domain import clock
 from worker.domain.clock import isoformat
 from worker.platform.settings import get_settings
 from worker.store import db
+from worker.store.db import read_only_session
 from worker.webhooks import records as store
 from worker.webhooks import signing
 

@@ -292,3 +292,18 @@ def dispose_engine() -> None:
         _factories.clear()
     if engine is not None:
         engine.dispose()
+
+
+@contextlib.contextmanager
+def read_only_session() -> Iterator[Session]:
+    """A read-only session, closed at the end.
+
+    A read-only session never commits: closing rolls back, and a connection the database
+    dropped meanwhile must not fail a response that has already been computed.
+    """
+    session = read_session()
+    try:
+        yield session
+    finally:
+        with contextlib.suppress(DBAPIError):
+            session.close()

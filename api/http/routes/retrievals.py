@@ -9,7 +9,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import StringConvertor, register_url_convertor
 
-from api.http.deps import PrincipalDep, read_only_session
+from api.http.deps import PrincipalDep
 from api.schemas import (
     BatchGetRequest,
     BatchGetResponse,
@@ -24,6 +24,7 @@ from api.services import retrieve_batch as batch
 from api.services.cache_control import parse_max_age
 from api.services.evidence_payload import RetrievalDoc, RetrievalPayload
 from worker.domain.states import OPEN_STATES
+from worker.store.db import read_only_session
 
 
 class _RetrievalIdConvertor(StringConvertor):
