@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
 )
 
+from worker import contract
 from worker.domain import urls
 
 # Checked with `fullmatch`, never `match` against a `$`: Python's `$` also matches before a
@@ -146,7 +147,6 @@ class BatchGetRequest(BaseModel):
 
 
 def _contract_retrieval(schema: dict[str, Any]) -> None:
-    from worker import contract
 
     schema.clear()
     schema.update(contract.load("evidence_retrieve.output.json")["properties"]["retrieval"])

@@ -46,6 +46,7 @@ app.add_typer(webhook_cli.app, name="webhooks")
 
 
 def _configure_logging() -> None:
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from worker.platform import logs
 
     settings = get_settings()
@@ -76,6 +77,7 @@ def _database_errors() -> Iterator[None]:
 @app.command()
 def migrate() -> None:
     """Apply the Alembic migrations to EVIDENCE_DATABASE_URL."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from worker.store.migrate import upgrade
 
     with _database_errors():
@@ -97,6 +99,7 @@ def api(
     workers: Annotated[int, typer.Option(help="Uvicorn worker processes.")] = 1,
 ) -> None:
     """Serve the HTTP API."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.serving import cpu_claims
     from api.serving import server as serving
 
@@ -162,6 +165,7 @@ def worker(
     The threads pool keeps many retrievals in flight in one process and extracts in a pool of
     processes; this command supervises that process and replaces it if it dies.
     """
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from worker.jobs.celery_app import WORKER_QUEUES
     from worker.jobs.node import idle_priority, lower_priority
 
@@ -195,6 +199,7 @@ def worker(
 
         celery.worker_main([*argv, "--pool", "prefork"])
         return
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from worker.jobs.node import preload, run_threads_worker
     from worker.jobs.supervisor import Supervisor
 
@@ -209,6 +214,7 @@ def beat(
     ] = "var/celerybeat-schedule",
 ) -> None:
     """Run Celery beat, which schedules the sweep. Run exactly one per deployment."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from worker.jobs.celery_app import app as celery
 
     _configure_logging()
@@ -233,6 +239,7 @@ def flower(
         message = f"EVIDENCE_FLOWER_BASIC_AUTH is not usable: {exc}. Flower was not started."
         typer.echo(message, err=True)
         raise typer.Exit(2) from None
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from worker.jobs.celery_app import app as celery
     from worker.jobs.flower_tasks import TASKS_COLUMNS
 
@@ -257,6 +264,7 @@ def mcp(
     port: Annotated[int, typer.Option(help="Port to bind (http).")] = 8001,
 ) -> None:
     """Serve the tools over MCP: stdio (key from EVIDENCE_API_KEY) or HTTP at /mcp (Bearer key)."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.mcp import server
 
     if transport not in ("stdio", "http"):
@@ -283,6 +291,7 @@ def _flag_value(parse: Callable[[], T], flag: str) -> T:
 
 
 def _expiry(expires_in: str | None, expires_at: str | None, now: datetime) -> datetime | None:
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.cli.key_admin import parse_duration, parse_instant
 
     if expires_in is not None and expires_at is not None:
@@ -324,6 +333,7 @@ def keys_create(
     ] = None,
 ) -> None:
     """Create an API key; it is printed once, alone on the last line."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.auth import issue_key
     from worker.domain import clock
     from worker.store import db
@@ -347,6 +357,7 @@ def keys_list(
     """Every key by id and prefix (never the key itself), its grants, times and state."""
     import json
 
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.cli.key_admin import document, table
     from worker.domain import clock
     from worker.store import db, keys
@@ -367,6 +378,7 @@ def _missing_key(key_id: uuid.UUID) -> typer.Exit:
 @keys_app.command("revoke")
 def keys_revoke(key_id: KeyId) -> None:
     """Revoke a key now: every API and MCP process refuses it (401) within 5 s."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from worker.domain import clock
     from worker.store import db, keys
 
@@ -399,6 +411,7 @@ def keys_rotate(
     last line; the old key is revoked (after --grace)."""
     from datetime import timedelta
 
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.auth import rotate_key
     from api.cli.key_admin import parse_duration
     from worker.domain import clock
@@ -432,6 +445,7 @@ def quotas_set(
     ] = False,
 ) -> None:
     """Override a workspace's quotas (the API applies them within 5 s)."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from worker.domain import clock
     from worker.lanes import quota_overrides as quota_store
     from worker.store import db
@@ -462,6 +476,7 @@ def quotas_show(
 
 
 def _print_quotas(workspaces: list[uuid.UUID]) -> None:
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from worker.lanes import quota_overrides as quota_store
     from worker.retrieval import records as retrievals
     from worker.store import db
@@ -544,6 +559,7 @@ def enqueue(
     ] = None,
 ) -> None:
     """Submit a batch of URLs; re-running the same file resumes without duplicates."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.enqueue.client import EnqueueOptions, run_enqueue
 
     _interruptible()

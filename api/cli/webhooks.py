@@ -40,6 +40,7 @@ def _print(document: Any) -> None:
 
 def _run(call: Any) -> Any:
     """Run a service call; its refusal is one line on stderr and exit 1."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.errors import ApiError
 
     try:
@@ -66,6 +67,7 @@ def create(
     description: Annotated[str | None, typer.Option(help="A note for people.")] = None,
 ) -> None:
     """Register an endpoint; prints it with its signing secret (shown only now)."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.services import webhook_endpoints as webhooks
     from api.webhook_schemas import WebhookCreateRequest
 
@@ -82,6 +84,7 @@ def list_(
     ] = None,
 ) -> None:
     """One endpoint per line (never a secret)."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.services import webhook_endpoints as webhooks
     from worker.store.db import read_only_session
     from worker.webhooks import records as store
@@ -95,12 +98,14 @@ def list_(
 @app.command("show")
 def show(webhook_id: WebhookId) -> None:
     """One endpoint."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.services import webhook_endpoints as webhooks
 
     _print(_run(lambda: webhooks.get_webhook(OPERATOR, webhook_id)))
 
 
 def _set_enabled(webhook_id: uuid.UUID, enabled: bool) -> None:
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.services import webhook_endpoints as webhooks
     from api.webhook_schemas import WebhookUpdateRequest
 
@@ -123,6 +128,7 @@ def disable(webhook_id: WebhookId) -> None:
 @app.command("rotate")
 def rotate(webhook_id: WebhookId) -> None:
     """A new signing secret (printed once); the old one also signs for the grace period."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.services import webhook_endpoints as webhooks
 
     _print(_run(lambda: webhooks.rotate_secret(OPERATOR, webhook_id)))
@@ -131,6 +137,7 @@ def rotate(webhook_id: WebhookId) -> None:
 @app.command("delete")
 def delete(webhook_id: WebhookId) -> None:
     """Delete the endpoint and its deliveries."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.services import webhook_endpoints as webhooks
 
     _run(lambda: webhooks.delete_webhook(OPERATOR, webhook_id))
@@ -144,6 +151,7 @@ def deliveries(
     limit: Annotated[int, typer.Option(min=1, max=100)] = 50,
 ) -> None:
     """The endpoint's deliveries, newest first, one per line."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.services import webhook_endpoints as webhooks
 
     answer = _run(lambda: webhooks.list_deliveries(OPERATOR, webhook_id, limit, state))
@@ -157,6 +165,7 @@ def redeliver(
     delivery_id: Annotated[uuid.UUID, typer.Argument(help="The delivery's id.")],
 ) -> None:
     """Send one delivery again now (same id and payload)."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.services import webhook_endpoints as webhooks
 
     _print(_run(lambda: webhooks.redeliver(OPERATOR, webhook_id, delivery_id)))

@@ -14,9 +14,11 @@ from api.http.middleware import RequestMetrics
 from api.http.routes import briefs, chunks, evidence, health, images, retrievals, webhooks
 from api.services import image_fetch, waiters
 from api.services import retrievals as retrieval_service
+from api.serving import cpu_claims
 from api.serving.body_limit import BodyLimit
 from api.serving.bounded_bodies import BoundedBodies, api_rule
-from worker.platform import heap
+from worker.platform import heap, logs
+from worker.platform.settings import get_settings
 
 #: Longest the API waits at start for its warm-up before taking requests anyway.
 WARM_UP_SECONDS = 10
@@ -92,9 +94,6 @@ def served_app() -> FastAPI:
     console format, at INFO whatever EVIDENCE_LOG_LEVEL said, and without the redaction step.
     Each process then claims its CPU (`api.serving.cpu_claims`).
     """
-    from api.serving import cpu_claims
-    from worker.platform import logs
-    from worker.platform.settings import get_settings
 
     settings = get_settings()
     logs.configure(settings.log_level, settings.log_json)

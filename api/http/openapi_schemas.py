@@ -13,6 +13,8 @@ from typing import Any
 from api.mcp import read_tools  # noqa: F401  (provides the search contracts' documents)
 from api.mcp.tools import contract_file
 from api.read_schemas import MAX_SAFE_INTEGER
+from api.schemas import _ITEMS_SCHEMA, BatchGetRequest, BatchGetResponse, BatchRetrieveResponse
+from api.services.evidence_diff import COMPARED
 from api.webhook_schemas import openapi_components
 
 #: The error codes a body may carry (`payload_too_large` and `rate_limited` included).
@@ -96,7 +98,6 @@ def _evidence_schema(retrieval: dict[str, Any]) -> dict[str, Any]:
 
 def _diff_schema(retrieval: dict[str, Any]) -> dict[str, Any]:
     """`GET /research-api/evidence/{id}/diff` (no contract file): a text's or a track's changes."""
-    from api.services.evidence_diff import COMPARED
 
     result = retrieval["properties"]["retrieval"]["properties"]["result"]["anyOf"][0]
     cue = copy.deepcopy(result["properties"]["segments"]["items"])
@@ -260,7 +261,6 @@ def components() -> dict[str, dict[str, Any]]:
 
 def _batch_schemas() -> dict[str, dict[str, Any]]:
     """The batch routes' bodies, from their models (whose retrievals are the contract's)."""
-    from api.schemas import _ITEMS_SCHEMA, BatchGetRequest, BatchGetResponse, BatchRetrieveResponse
 
     schemas: dict[str, dict[str, Any]] = {
         # Its items refer to the RetrieveRequest component, which pydantic cannot resolve.

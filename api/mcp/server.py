@@ -31,6 +31,7 @@ from api.auth import Principal, authenticate, principal_for
 from api.errors import ApiError, envelope
 from api.mcp import read_tools  # noqa: F401  (registers the read-side tools)
 from api.mcp.tools import REGISTRY, ToolSpec, parse_arguments
+from api.serving import server as serving
 from api.serving.body_limit import BodyLimit
 from api.serving.bounded_bodies import BoundedBodies, Rule
 from api.serving.bounded_json import Bounds
@@ -234,6 +235,5 @@ class NoStandaloneStream:
 
 def run_http(host: str, port: int) -> None:
     """Serve MCP over streamable HTTP at http://HOST:PORT/mcp."""
-    from api.serving import server as serving
 
     serving.run(http_app(host), host=host, port=port, log_level="warning")

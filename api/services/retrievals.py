@@ -33,6 +33,8 @@ from worker.jobs import (
     outbox,
     webhook_outbox,  # noqa: F401  (publishes the deliveries a cancel records)
 )
+from worker.jobs.celery_app import PUBLISH_CONNECT_TIMEOUT_SECONDS
+from worker.jobs.celery_app import app as celery
 from worker.platform.settings import get_settings
 from worker.retrieval import notify, single_retrieval
 from worker.retrieval import records as retrievals
@@ -321,8 +323,6 @@ def warm_up() -> None:
     A database or broker that is down now is the requests' business (503, or the sweep
     publishes later), not startup's. What a cold first request costs: docs/performance.md.
     """
-    from worker.jobs.celery_app import PUBLISH_CONNECT_TIMEOUT_SECONDS
-    from worker.jobs.celery_app import app as celery
 
     try:
         engine = db.get_engine()

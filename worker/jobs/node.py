@@ -15,8 +15,12 @@ from pathlib import Path
 import structlog
 from celery import signals
 
-from worker.platform import heap
+from worker.fetch import shared
+from worker.jobs.celery_app import app
+from worker.platform import cpu_pin, heap
 from worker.platform.settings import get_settings
+from worker.retrieval import extract_pool
+from worker.store import db
 
 log = structlog.get_logger(__name__)
 
@@ -28,11 +32,6 @@ LANE_POOL = "worker.jobs.lane_pool:LaneThreadPool"
 
 def run_threads_worker(argv: list[str]) -> int:
     """Prepare this process for threads, then run `celery worker` with `argv` (no `-P`)."""
-    from worker.fetch import shared
-    from worker.jobs.celery_app import app
-    from worker.platform import cpu_pin
-    from worker.retrieval import extract_pool
-    from worker.store import db
 
     settings = get_settings()
     db.skip_pre_ping()

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from worker.content.results import Result, cancelled_result, has_content
+from worker.domain.clock import as_utc
 from worker.domain.states import RetrievalState as S
 from worker.domain.states import sources_of
 from worker.lanes import open_tally
@@ -947,7 +948,6 @@ def oldest_open_age(session: Session, now: datetime) -> dict[str, float | None]:
 
 
 def age_seconds(now: datetime, then: datetime) -> float:
-    from worker.domain.clock import as_utc
 
     return max(0.0, (now - as_utc(then)).total_seconds())
 

@@ -43,6 +43,7 @@ def produce_output(claim: retrievals.Claim, fetcher: FetcherLike | None = None) 
     (`produce_split`); in a prefork child both run here, bounded by Celery's soft time limit.
     `fetcher` is the one `worker.retrieval.freshness.revalidation` prepared (it records validators).
     """
+    # Imported when first used: the pipeline loads trafilatura (about a second).
     from worker.retrieval.pipeline import PipelineOutput, run_pipeline
 
     pool = extract_pool.get()
@@ -96,6 +97,7 @@ def produce_split(
 
 def _timed_out(claim: retrievals.Claim, why: str) -> PipelineOutput:
     """The result of a retrieval that overran its bound: unavailable/timeout, as prefork's."""
+    # Imported when first used: the pipeline loads trafilatura (about a second).
     from worker.retrieval.pipeline import PipelineOutput
 
     log.warning("retrieval_timeout", detail=why)

@@ -82,6 +82,7 @@ def pipeline_step(url: str, kind: str, language: str | None, fetched: Fetched) -
 
     Returned rather than raised, so it crosses a process boundary as a plain value.
     """
+    # Imported when first used: the pipeline loads trafilatura (about a second).
     from worker.retrieval.pipeline import run_pipeline
 
     try:

@@ -22,6 +22,7 @@ from worker.content.results import Result
 from worker.domain import urls
 from worker.store import db
 from worker.store.models import MAX_STORED_REVISION, Evidence, EvidenceRevision
+from worker.store.read_index import index_revision
 
 if TYPE_CHECKING:
     from worker.content.images import ImageRef
@@ -157,7 +158,6 @@ def record(
     )
     if not created:  # a new item was inserted naming revision 1 already
         session.execute(_SET_LATEST, {"b_evidence_id": item.id, "b_revision": revision})
-    from worker.store.read_index import index_revision
 
     index_revision(session, workspace_id, item.id, revision, result, images, new_item=created)
     return Recorded(item.id, revision, True)

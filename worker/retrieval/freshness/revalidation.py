@@ -149,6 +149,7 @@ def prepare(
 
 
 def _output(result: Result) -> PipelineOutput:
+    # Imported when first used: the pipeline loads trafilatura (about a second).
     from worker.retrieval.pipeline import PipelineOutput
 
     return PipelineOutput(result)
