@@ -47,9 +47,8 @@ from worker.fetch import fleet_metrics as fetch_metrics
 from worker.jobs import outbox
 from worker.jobs.celery_app import LANE_QUEUES
 from worker.platform import confine
-from worker.retrieval import records as retrievals
 from worker.retrieval.freshness import metrics as freshness_metrics
-from worker.store import db
+from worker.store import db, retrieval_view
 from worker.store.models import LANES
 
 #: Seconds a scrape's database/broker/Redis reads are reused for (0 = always fresh).
@@ -161,10 +160,10 @@ def _database_rows() -> Rows | None:
                 # One snapshot for every count of the scrape, so the series add up.
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             now = clock.now()
-            rows.groups = retrievals.count_by_outcome(session)
-            rows.oldest = retrievals.oldest_open_age(session, now)
-            rows.lanes = retrievals.pending_by_lane(session, now)
-            rows.open = retrievals.open_by_workspace(session)
+            rows.groups = retrieval_view.count_by_outcome(session)
+            rows.oldest = retrieval_view.oldest_open_age(session, now)
+            rows.lanes = retrieval_view.pending_by_lane(session, now)
+            rows.open = retrieval_view.open_by_workspace(session)
     except Exception:  # noqa: BLE001  (a scrape reports the database as down, never fails)
         return None
     return rows

@@ -36,7 +36,7 @@ from worker.jobs import (
 from worker.jobs.celery_app import PUBLISH_CONNECT_TIMEOUT_SECONDS
 from worker.jobs.celery_app import app as celery
 from worker.platform.settings import get_settings
-from worker.retrieval import notify, single_retrieval
+from worker.retrieval import notify, publication, single_retrieval, transitions
 from worker.retrieval import records as retrievals
 from worker.retrieval.freshness import sources
 from worker.store import db, retrieval_view
@@ -145,7 +145,7 @@ def submit_retrieval(
 def publish_new(retrieval_id: uuid.UUID, lane: str) -> None:
     """Hand a new retrieval to the broker; one it did not take is left to the sweep."""
     if not outbox.publish([retrieval_id], lane):
-        db.with_transient_retry(lambda s: retrievals.mark_unpublished(s, [retrieval_id]))
+        db.with_transient_retry(lambda s: publication.mark_unpublished(s, [retrieval_id]))
 
 
 def refusal_error(reason: str, limits: quotas.Limits, grant: quotas.Grant) -> ApiError:
@@ -209,7 +209,7 @@ def cancel_retrieval(principal: Principal, retrieval_id: uuid.UUID) -> Retrieval
         row = retrieval_view.get_retrieval(session, retrieval_id)
         if row is None or not principal.can_read(row.workspace_id):
             raise not_found("no such retrieval")
-        cancelled = retrievals.cancel(session, row, clock.now())
+        cancelled = transitions.cancel(session, row, clock.now())
         if cancelled is None:  # already settled, perhaps since we read it: answer it as it is
             cancelled = retrieval_view.get_retrieval(session, retrieval_id)
         return retrieval_payload(cancelled)  # type: ignore[arg-type]
@@ -302,7 +302,7 @@ class _Backlog:
 def _count_pending() -> dict[str, int]:
     """Pending retrievals by lane."""
     with db.session_scope(readonly=True) as session:
-        return retrievals.count_pending_by_lane(session)
+        return retrieval_view.count_pending_by_lane(session)
 
 
 backlog = _Backlog()

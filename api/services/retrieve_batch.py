@@ -29,6 +29,7 @@ from api.services.retrievals import (
 from worker.domain import clock
 from worker.jobs import outbox
 from worker.platform.settings import get_settings
+from worker.retrieval import publication
 from worker.retrieval import records as retrievals
 from worker.store import db, retrieval_view
 
@@ -111,7 +112,7 @@ def submit_batch(
         sent = set(outbox.publish([row.id for row in created], "batch"))
         unsent = [row.id for row in created if row.id not in sent]
         if unsent:  # the broker did not take them: the sweep publishes them later
-            db.with_transient_retry(lambda s: retrievals.mark_unpublished(s, unsent))
+            db.with_transient_retry(lambda s: publication.mark_unpublished(s, unsent))
     return [result for result in results if result is not None]
 
 

@@ -26,8 +26,9 @@ from worker.content.results import Content, content_result, failure_result
 from worker.domain import clock
 from worker.domain.reasons import Reason
 from worker.jobs import sweep
+from worker.lanes import batch_order
 from worker.platform.settings import get_settings
-from worker.retrieval import claim_group, settle_group
+from worker.retrieval import claim_group, claims, settle_group, transitions
 from worker.retrieval import records as retrievals
 from worker.retrieval import run as runner
 from worker.retrieval.freshness import revalidation as freshness
@@ -103,7 +104,7 @@ def _insert(
 
     def write(session: Session) -> None:
         session.execute(sa.insert(retrievals.RETRIEVAL), rows)
-        retrievals.note_batch_work(session, [workspace])
+        batch_order.note_batch_work(session, [workspace])
 
     db.with_transient_retry(write)
     return [row["id"] for row in rows]
@@ -136,13 +137,13 @@ def _page(url: str, text: str) -> Content:
 def _store_known(workspace: uuid.UUID) -> uuid.UUID:
     """Settle one retrieval of KNOWN with content and remember it: the evidence id."""
     [rid] = _insert(workspace, [(KNOWN, "")], lane="interactive")
-    claim = db.with_transient_retry(lambda s: retrievals.claim(s, rid, clock.now(), LEASE))
+    claim = db.with_transient_retry(lambda s: claims.claim(s, rid, clock.now(), LEASE))
     assert claim is not None
     now = clock.now()
     result = content_result("url_text", _page(KNOWN, "Known."), now)
     plan = freshness.Plan(RecordingFetcher(None))  # type: ignore[arg-type]
     then = freshness.remember(claim, plan, result, now)
-    assert retrievals.settle_claim(claim, result, now, then=then)
+    assert transitions.settle_claim(claim, result, now, then=then)
     with db.session_scope(readonly=True) as session:
         evidence_id = session.execute(sa.select(T.evidence_id).where(T.id == rid)).scalar_one()
     assert evidence_id is not None
@@ -242,7 +243,7 @@ class TestSettleGroup:
             at.shuffle(items)
             ids = _insert(workspace, [(url, lang) for url, lang, _ in items])
             claims = db.with_transient_retry(
-                lambda s: retrievals.claim_next_batches(s, clock.now(), LEASE, len(items))
+                lambda s: claims.claim_next_batches(s, clock.now(), LEASE, len(items))
             )
             by_id = {c.retrieval_id: c for c in claims}
             assert set(by_id) == set(ids)
@@ -368,9 +369,7 @@ class TestSingles:
         finding nothing, rather than left pending to fail the same way for ever."""
         [rid] = _insert(uuid.uuid4(), [(LEGACY_URLS[0], "")], lane="interactive")
         with _failing_look_ups({LEGACY_URLS[0]: RuntimeError}, in_sql=_postgres()):
-            claimed = runner._claim_looking_up(
-                lambda s: retrievals.claim(s, rid, clock.now(), LEASE)
-            )
+            claimed = runner._claim_looking_up(lambda s: claims.claim(s, rid, clock.now(), LEASE))
         assert claimed is not None
         claim, found = claimed
         assert (claim.attempt, found) == (1, (None, None))
@@ -390,7 +389,7 @@ class TestSingles:
         [rid] = _insert(uuid.uuid4(), [("https://example.org/poison", "")], lane="interactive")
         outcomes = []
         for _ in range(2):
-            claim = db.with_transient_retry(lambda s: retrievals.claim(s, rid, clock.now(), LEASE))
+            claim = db.with_transient_retry(lambda s: claims.claim(s, rid, clock.now(), LEASE))
             assert claim is not None
             outcomes.append(runner.run_claim(claim, (None, None)))
         assert [(o["delivery"], o["state"], o["attempt"]) for o in outcomes] == [

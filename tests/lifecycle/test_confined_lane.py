@@ -23,6 +23,7 @@ from tests.support.pages import article
 from tests.support.tls_site import TLSSite
 from worker.domain import clock
 from worker.jobs import outbox
+from worker.lanes import batch_order
 from worker.retrieval import records as retrievals
 from worker.store import db
 
@@ -55,7 +56,7 @@ def _legacy_batch(workspace: uuid.UUID, urls: list[str]) -> list[uuid.UUID]:
 
     def write(session: Session) -> None:
         session.execute(sa.insert(retrievals.RETRIEVAL), rows)
-        retrievals.note_batch_work(session, [workspace])
+        batch_order.note_batch_work(session, [workspace])
 
     db.with_transient_retry(write)
     ids = [row["id"] for row in rows]

@@ -79,6 +79,7 @@ def run(
 ) -> str:
     """Record a retrieval no other worker will take, and run it here; its id."""
     from worker.domain import clock
+    from worker.retrieval import publication
     from worker.retrieval import records as retrievals
     from worker.retrieval import run as runner
     from worker.store import db
@@ -87,7 +88,7 @@ def run(
 
     def record(session: Any) -> uuid.UUID:
         row, _ = retrievals.create_retrieval(session, request, clock.now(), timedelta(hours=1))
-        retrievals.mark_published(session, [row.id], clock.now() + timedelta(days=1))
+        publication.mark_published(session, [row.id], clock.now() + timedelta(days=1))
         return row.id
 
     retrieval_id = db.with_transient_retry(record)

@@ -1,4 +1,4 @@
-"""Batch claims taken several at a time (`retrievals.claim_next_batches`): round-robin over the
+"""Batch claims taken several at a time (`claims.claim_next_batches`): round-robin over the
 workspaces as single claims would be, oldest first, and never a row twice or more than asked.
 
 Each test has a database of its own: a claim of "the next" batch retrieval takes any
@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from worker.domain import clock
+from worker.retrieval import claims
 from worker.retrieval import records as retrievals
 
 pytestmark = pytest.mark.lifecycle
@@ -42,7 +43,7 @@ def _queue(engine: sa.Engine, workspace: uuid.UUID, count: int) -> list[uuid.UUI
 
 def _claim(engine: sa.Engine, count: int) -> list[retrievals.Claim]:
     with Session(engine) as session, session.begin():
-        return retrievals.claim_next_batches(session, clock.now(), LEASE, count)
+        return claims.claim_next_batches(session, clock.now(), LEASE, count)
 
 
 def test_shares_go_round_robin_oldest_first(engine: sa.Engine) -> None:

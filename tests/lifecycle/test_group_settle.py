@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 from worker.content.chunking import split_revision
 from worker.content.results import Content, content_result
 from worker.domain import clock
+from worker.retrieval import claims, settle_group, settles, transitions
 from worker.retrieval import records as retrievals
-from worker.retrieval import settle_group, settles
 from worker.store import at_commit, db, retrieval_view
 from worker.store.models import Evidence, EvidenceRevision, Retrieval
 from worker.store.read_models import EvidenceChunk, EvidenceReport
@@ -43,7 +43,7 @@ def _claimed(
         lambda s: retrievals.create_retrieval(s, new, clock.now(), ttl)
     )
     claim = db.with_transient_retry(
-        lambda s: retrievals.claim(s, row.id, clock.now(), timedelta(seconds=60))
+        lambda s: claims.claim(s, row.id, clock.now(), timedelta(seconds=60))
     )
     assert claim is not None
     return claim
@@ -90,7 +90,7 @@ class TestSettleMany:
         jobs = [_job(c, f"Page {n}." * (n + 1) * 40) for n, c in enumerate(claims)]
         assert _settle_many(jobs) == [True] * 5
         alone = _job(_claimed(workspace, "https://example.org/alone"), "Alone.")
-        assert retrievals.settle_claim(alone.claim, alone.result, alone.now)
+        assert transitions.settle_claim(alone.claim, alone.result, alone.now)
         items = set()
         for job in [*jobs, alone]:
             state, evidence_id, revision = _row(job.claim.retrieval_id)
@@ -110,7 +110,7 @@ class TestSettleMany:
 
         def cancel(session: Any) -> None:
             row = retrieval_view.get_retrieval(session, cancelled.retrieval_id)
-            assert row is not None and retrievals.cancel(session, row, clock.now()) is not None
+            assert row is not None and transitions.cancel(session, row, clock.now()) is not None
 
         db.with_transient_retry(cancel)
         jobs = [_job(c, "Text.") for c in (kept[0], cancelled, late, kept[1])]
@@ -288,7 +288,7 @@ def _deliveries(endpoint_id: uuid.UUID) -> list[uuid.UUID]:
 
 
 def _settle_alone_in(session: Session, job: settles.SettleJob) -> None:
-    retrievals.settle(session, job.claim, job.result, job.now)
+    transitions.settle(session, job.claim, job.result, job.now)
 
 
 def _settle_group_in(session: Session, job: settles.SettleJob) -> None:

@@ -1,4 +1,4 @@
-"""Schedule rows of the batch lane (`retrievals.note_batch_work`): each workspace with batch
+"""Schedule rows of the batch lane (`batch_order.note_batch_work`): each workspace with batch
 work has one, and a process that saw a workspace's committed row reads it no more."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from worker.retrieval import records as retrievals
+from worker.lanes import batch_order
 from worker.store import db
 from worker.store.models import BatchSchedule
 
@@ -29,7 +29,7 @@ def _note(engine: sa.Engine, workspace: uuid.UUID, commit: bool = True) -> list[
     sa.event.listen(engine, "before_cursor_execute", seen)
     try:
         with Session(engine) as session:
-            retrievals.note_batch_work(session, [workspace])
+            batch_order.note_batch_work(session, [workspace])
             session.commit() if commit else session.rollback()
     finally:
         sa.event.remove(engine, "before_cursor_execute", seen)

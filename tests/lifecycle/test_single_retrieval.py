@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from tests.lifecycle.test_open_tally import LIMIT, TTL, open_count, record, tally
 from worker.domain import clock
-from worker.lanes import open_tally
+from worker.lanes import batch_order, open_tally
 from worker.retrieval import records as retrievals
 from worker.retrieval import single_retrieval
 from worker.store import db
@@ -240,14 +240,14 @@ class TestLanes:
         assert created and row.lane == LANE_BATCH
         assert [outcome[0].id for outcome in outcomes] == [row.id]  # the pipeline wrote it
         assert _scheduled(workspace)
-        assert workspace in retrievals.scheduled_workspaces(db.get_engine())
+        assert workspace in batch_order.scheduled_workspaces(db.get_engine())
 
     def test_an_interactive_retrieval_writes_none(self, workspace: uuid.UUID) -> None:
         _record(_new(workspace))  # starts the tally
         row, created = _record(_new(workspace), interactive_limit=100)
         assert created and row.lane == LANE_INTERACTIVE
         assert not _scheduled(workspace)
-        assert workspace not in retrievals.scheduled_workspaces(db.get_engine())
+        assert workspace not in batch_order.scheduled_workspaces(db.get_engine())
 
     def test_no_room_leaves_no_schedule_row(self, workspace: uuid.UUID) -> None:
         """The schedule row is written in the transaction the reservation rolls back."""
@@ -256,4 +256,4 @@ class TestLanes:
         )
         assert (row, no_room) == (None, True)  # no tally yet
         assert not _scheduled(workspace) and _rows(workspace) == []
-        assert workspace not in retrievals.scheduled_workspaces(db.get_engine())
+        assert workspace not in batch_order.scheduled_workspaces(db.get_engine())

@@ -9,6 +9,7 @@ import pytest
 
 from worker.content.results import Content, content_result
 from worker.domain import clock
+from worker.retrieval import claims, transitions
 from worker.retrieval import records as retrievals
 from worker.store import db, retrieval_view
 
@@ -29,7 +30,7 @@ def _new(ttl: timedelta, workspace_id: uuid.UUID | None = None) -> uuid.UUID:
 
 def _claim(retrieval_id: uuid.UUID) -> retrievals.Claim:
     claim = db.with_transient_retry(
-        lambda s: retrievals.claim(s, retrieval_id, clock.now(), timedelta(seconds=60))
+        lambda s: claims.claim(s, retrieval_id, clock.now(), timedelta(seconds=60))
     )
     assert claim is not None
     return claim
@@ -83,7 +84,7 @@ def _rescue() -> tuple[int, int]:
     from worker.platform.settings import get_settings
 
     return db.with_transient_retry(
-        lambda s: retrievals.rescue_lost(s, clock.now(), get_settings().max_attempts)
+        lambda s: transitions.rescue_lost(s, clock.now(), get_settings().max_attempts)
     )
 
 
@@ -101,8 +102,8 @@ class TestSettle:
         """The claiming attempt settles; the same settle again is refused."""
         rid = _new(timedelta(hours=1))
         claim = _claim(rid)
-        assert retrievals.settle_claim(claim, _result(), clock.now())
-        assert not retrievals.settle_claim(claim, _result(), clock.now())
+        assert transitions.settle_claim(claim, _result(), clock.now())
+        assert not transitions.settle_claim(claim, _result(), clock.now())
         assert _state(rid) == ("completed", 1)
 
     def test_second_claim_refused_while_running(self) -> None:
@@ -110,7 +111,7 @@ class TestSettle:
         rid = _new(timedelta(hours=1))
         _claim(rid)
         again = db.with_transient_retry(
-            lambda s: retrievals.claim(s, rid, clock.now(), timedelta(seconds=60))
+            lambda s: claims.claim(s, rid, clock.now(), timedelta(seconds=60))
         )
         assert again is None and _state(rid) == ("running", 1)
 
@@ -122,8 +123,8 @@ class TestSettle:
         _rescue()
         second = _claim(rid)
         assert second.attempt == 2
-        assert not retrievals.settle_claim(first, _result(), clock.now())
-        assert retrievals.settle_claim(second, _result(), clock.now())
+        assert not transitions.settle_claim(first, _result(), clock.now())
+        assert transitions.settle_claim(second, _result(), clock.now())
         assert _state(rid) == ("completed", 2)
 
     def test_fenced_settle_leaves_no_evidence(self) -> None:
@@ -134,10 +135,10 @@ class TestSettle:
         _lose_lease(rid)
         _rescue()
         second = _claim(rid)
-        assert not retrievals.settle_claim(first, _result("Zombie text."), clock.now())
+        assert not transitions.settle_claim(first, _result("Zombie text."), clock.now())
         assert _revision_texts(workspace) == []
         assert _evidence_of(rid) == (None, None)
-        assert retrievals.settle_claim(second, _result("Fresh text."), clock.now())
+        assert transitions.settle_claim(second, _result("Fresh text."), clock.now())
         assert _revision_texts(workspace) == [(1, "Fresh text.")]
         assert _evidence_of(rid)[1] == 1
 
@@ -147,7 +148,7 @@ class TestSettle:
         named = []
         for text in ("One.", "One.", "Two.", "One."):
             rid = _new(timedelta(hours=1), workspace)
-            assert retrievals.settle_claim(_claim(rid), _result(text), clock.now())
+            assert transitions.settle_claim(_claim(rid), _result(text), clock.now())
             named.append(_evidence_of(rid))
         assert [revision for _, revision in named] == [1, 1, 2, 1]
         assert len({evidence_id for evidence_id, _ in named}) == 1
@@ -158,7 +159,7 @@ class TestSettle:
         rid = _new(timedelta(seconds=30))
         claim = _claim(rid)
         late = clock.now() + timedelta(seconds=31)
-        assert not retrievals.settle_claim(claim, _result(), late)
+        assert not transitions.settle_claim(claim, _result(), late)
         assert _state(rid) == ("expired", 1)
 
     @pytest.mark.usefixtures("own_database")  # the session's sweep would publish its re-pends
@@ -212,5 +213,5 @@ class TestLaneAtInsert:
         replay, created = self._create(workspace, third.mutation_id)
         assert not created and (replay.id, replay.lane) == (third.id, "batch")
         # Settled work no longer counts: below the limit again, singles are interactive.
-        assert retrievals.settle_claim(_claim(first[0].id), _result(), clock.now())
+        assert transitions.settle_claim(_claim(first[0].id), _result(), clock.now())
         assert self._create(workspace)[0].lane == "interactive"

@@ -218,7 +218,7 @@ def cancel_open(workspace: uuid.UUID | None) -> None:
     import sqlalchemy as sa
 
     from worker.domain import clock
-    from worker.retrieval import records as retrievals
+    from worker.retrieval import transitions
     from worker.store import db
     from worker.store.models import Retrieval
 
@@ -229,6 +229,6 @@ def cancel_open(workspace: uuid.UUID | None) -> None:
         if workspace is not None:
             query = query.where(T.workspace_id == workspace)
         for row in session.execute(query).scalars().all():
-            retrievals.cancel(session, row, clock.now())
+            transitions.cancel(session, row, clock.now())
 
     db.with_transient_retry(cancel_all)

@@ -2,7 +2,7 @@
 the thread, the retrievals of further tokens it takes itself (`spare_tokens`).
 
 A batch message carries no retrieval: it stands for one unit of the lane's work, and the fair
-claim (`worker.retrieval.records.claim_next_batch`) picks which. Each retrieval run this way is
+claim (`worker.retrieval.claims.claim_next_batch`) picks which. Each retrieval run this way is
 listed in Flower as a task of its own (`flower_tasks`).
 """
 

@@ -4,7 +4,7 @@ A publish that fails leaves `published_at` NULL; the sweep publishes it later. E
 queue (`celery_app.LANE_QUEUES`): an interactive message is the retrieval id alone (everything
 else is read from the database, where the truth lives); a batch message carries nothing, it
 asks a worker to run the next batch retrieval the fair claim picks
-(`worker.retrieval.records.claim_next_batch`). One message per retrieval either way, so the
+(`worker.retrieval.claims.claim_next_batch`). One message per retrieval either way, so the
 batch lane's messages count its work.
 """
 

@@ -1,7 +1,7 @@
 """Batch tokens a threads worker's task thread takes itself, past Celery's delivery.
 
 A batch-lane message stands for "run the next batch retrieval": tokens are interchangeable, and
-the claim picks the retrieval (`worker.retrieval.records.claim_next_batch`). Celery hands
+the claim picks the retrieval (`worker.retrieval.claims.claim_next_batch`). Celery hands
 messages over one at a time on the worker's consumer thread (a BRPOP, a request, its events,
 later an ack), and that thread shares one interpreter with every task thread: at the latency
 mix a worker with 256 threads ran only 80-100 retrievals at once, at about 90 deliveries a

@@ -20,8 +20,7 @@ from worker.jobs import outbox
 from worker.jobs.celery_app import LANE_QUEUES
 from worker.platform import confine
 from worker.platform.settings import get_settings
-from worker.retrieval import notify
-from worker.retrieval import records as retrievals
+from worker.retrieval import notify, publication, transitions
 from worker.store import db
 from worker.store.models import LANES
 
@@ -66,9 +65,9 @@ def run_sweep(now: datetime | None = None) -> SweepReport:
     now = now or clock.now()
     expired: list[uuid.UUID] = []
     try:
-        expired = db.with_transient_retry(lambda s: retrievals.expire_due(s, now))
+        expired = db.with_transient_retry(lambda s: transitions.expire_due(s, now))
         repended, unconfirmed = db.with_transient_retry(
-            lambda s: retrievals.rescue_lost(s, now, settings.max_attempts)
+            lambda s: transitions.rescue_lost(s, now, settings.max_attempts)
         )
     except Exception as exc:
         if confine.group_wide(exc):
@@ -86,7 +85,7 @@ def run_sweep(now: datetime | None = None) -> SweepReport:
 
 def _row_by_row(now: datetime, max_attempts: int) -> tuple[list[uuid.UUID], int, list[uuid.UUID]]:
     """Expiry and rescue, each row in its own transaction: (expired, re-pended, unconfirmed)."""
-    due = db.with_transient_retry(lambda s: retrievals.due_for_sweep(s, now, ROW_BY_ROW_BATCH))
+    due = db.with_transient_retry(lambda s: transitions.due_for_sweep(s, now, ROW_BY_ROW_BATCH))
     expired: list[uuid.UUID] = []
     unconfirmed: list[uuid.UUID] = []
     repended = 0
@@ -95,8 +94,8 @@ def _row_by_row(now: datetime, max_attempts: int) -> tuple[list[uuid.UUID], int,
         nonlocal repended
 
         def write(session: Session) -> tuple[list[uuid.UUID], int, list[uuid.UUID]]:
-            gone = retrievals.expire_due(session, now, retrieval_id)
-            back, lost = retrievals.rescue_lost(session, now, max_attempts, retrieval_id)
+            gone = transitions.expire_due(session, now, retrieval_id)
+            back, lost = transitions.rescue_lost(session, now, max_attempts, retrieval_id)
             return gone, back, lost
 
         gone, back, lost = db.with_transient_retry(write)
@@ -126,13 +125,13 @@ def plan_publish(
 
 def _publish_due(now: datetime, republish_after: timedelta) -> int:
     with db.session_scope() as session:
-        due = retrievals.due_for_publish(session, now, republish_after, PUBLISH_BATCH)
+        due = publication.due_for_publish(session, now, republish_after, PUBLISH_BATCH)
         if not due:
             return 0
         queued = outbox.queue_lengths([LANE_QUEUES[lane] for lane in LANES])
         if queued is None:
             return 0  # the broker is down: try again next sweep
-        never = retrievals.unpublished_among(session, [retrieval_id for retrieval_id, _ in due])
+        never = publication.unpublished_among(session, [retrieval_id for retrieval_id, _ in due])
         sent: list[uuid.UUID] = []
 
         def publish(lane_ids: tuple[str, list[uuid.UUID]]) -> None:
@@ -145,5 +144,5 @@ def _publish_due(now: datetime, republish_after: timedelta) -> int:
             publish,
             lambda lane_ids: {"lane": lane_ids[0], "rows": len(lane_ids[1])},
         )
-        retrievals.mark_published(session, sent, clock.now())
+        publication.mark_published(session, sent, clock.now())
         return len(sent)

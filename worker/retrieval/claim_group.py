@@ -4,7 +4,7 @@ When a batch starts, or a delivered message fills the idle threads (`spare_token
 dozens of threads of one process claim at once. Each claim was a transaction of its own (the
 lane's workspaces, the claim, the freshness look-up, the commit); here the threads' claims are
 taken together (`worker.retrieval.grouped`): one read of the lane's workspaces and one claiming
-statement per workspace for the whole group (`retrievals.claim_next_batches`, round-robin as
+statement per workspace for the whole group (`claims.claim_next_batches`, round-robin as
 as many single claims would be), each claim's look-up, one commit. A thread whose claim found
 nothing left gets None, as a single claim of an empty lane does.
 """
@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from worker.domain import clock
 from worker.platform import confine
 from worker.platform.settings import get_settings
+from worker.retrieval import claims
 from worker.retrieval import records as retrievals
 from worker.retrieval.freshness import revalidation as freshness
 from worker.retrieval.grouped import Grouped, one_per_process
@@ -47,8 +48,8 @@ def take(requests: Sequence[None]) -> list[Claimed | BaseException]:
 
     def claiming(look_ups: LookUps) -> Callable[[Session], list[Claimed]]:
         def work(session: Session) -> list[Claimed]:
-            claims = retrievals.claim_next_batches(session, clock.now(), lease, len(requests))
-            return list(zip(claims, look_ups(session, claims), strict=True))
+            taken = claims.claim_next_batches(session, clock.now(), lease, len(requests))
+            return list(zip(taken, look_ups(session, taken), strict=True))
 
         return work
 

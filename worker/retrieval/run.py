@@ -22,7 +22,7 @@ from worker.fetch.fleet_metrics import MeteredFetcher
 from worker.platform import confine, ranked_gate
 from worker.platform.ranked_gate import ranked
 from worker.platform.settings import get_settings
-from worker.retrieval import claim_group, extract_pool, notify, settle_group
+from worker.retrieval import claim_group, claims, extract_pool, notify, settle_group, transitions
 from worker.retrieval import records as retrievals
 from worker.retrieval import split_pipeline as replay
 from worker.retrieval.freshness import revalidation as freshness
@@ -109,7 +109,7 @@ def run_retrieval(retrieval_id: uuid.UUID) -> dict[str, Any]:
     (`worker.retrieval.outcomes`)."""
     settings = get_settings()
     lease = timedelta(seconds=settings.lease_seconds)
-    claimed = _claim_looking_up(lambda s: retrievals.claim(s, retrieval_id, clock.now(), lease))
+    claimed = _claim_looking_up(lambda s: claims.claim(s, retrieval_id, clock.now(), lease))
     if claimed is None:
         log.info("claim_skipped")
         # The claim may have expired a row past valid_until: announce it (were it still running
@@ -127,7 +127,7 @@ def claim_next_batch() -> tuple[retrievals.Claim, freshness.Found] | None:
         if _grouping():
             return claim_group.get().submit(None)
         lease = timedelta(seconds=get_settings().lease_seconds)
-        return _claim_looking_up(lambda s: retrievals.claim_next_batch(s, clock.now(), lease))
+        return _claim_looking_up(lambda s: claims.claim_next_batch(s, clock.now(), lease))
 
 
 def _claim_looking_up(
@@ -184,7 +184,7 @@ def give_back(claim: retrievals.Claim, exc: BaseException) -> dict[str, Any]:
     max_attempts = get_settings().max_attempts
     try:
         state = db.with_transient_retry(
-            lambda s: retrievals.give_back(s, claim, clock.now(), max_attempts)
+            lambda s: transitions.give_back(s, claim, clock.now(), max_attempts)
         )
     except Exception as write_error:  # noqa: BLE001
         log.warning("give_back_failed", error=type(write_error).__name__)

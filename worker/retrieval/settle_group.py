@@ -4,7 +4,8 @@ Hundreds of batch retrievals finish in one process at once; their settles are wr
 (`worker.retrieval.grouped`, `worker.retrieval.settles.settle_many`). Only the batch lane is
 grouped: an agent's interactive settle keeps its own transaction, and never waits behind a group.
 Should a group's transaction fail for any reason but a lost claim, its settles are written one by
-one (`retrievals.settle_claim`), so one bad outcome fails only its own retrieval, exactly as before.
+one (`transitions.settle_claim`), so one bad outcome fails only its own retrieval, exactly as
+before.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Sequence
 import structlog
 from sqlalchemy.orm import Session
 
-from worker.retrieval import records as retrievals
+from worker.retrieval import transitions
 from worker.retrieval.grouped import Grouped, one_per_process
 from worker.retrieval.settles import SettleJob, settle_alone, settle_many
 from worker.store import db
@@ -51,7 +52,7 @@ def _write_alone(job: SettleJob) -> bool | BaseException:
 def _expire_lost(session: Session, lost: list[SettleJob]) -> None:
     """As after a single fenced settle: a claim that lost because it is too late is expired."""
     for job in lost:
-        retrievals.expire_due(session, job.now, job.claim.retrieval_id)
+        transitions.expire_due(session, job.now, job.claim.retrieval_id)
 
 
 def group(max_group: int = MAX_GROUP) -> Grouped[SettleJob, bool]:

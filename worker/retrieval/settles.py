@@ -32,7 +32,8 @@ from sqlalchemy.orm import Session
 from worker.content.results import Result, has_content
 from worker.domain.clock import as_utc
 from worker.domain.states import RetrievalState as S
-from worker.retrieval.records import RETRIEVAL, SETTLE, AfterSettle, Claim, Fenced, settle_claim
+from worker.retrieval.records import RETRIEVAL, Claim
+from worker.retrieval.transitions import SETTLE, AfterSettle, Fenced, settle_claim
 from worker.store import db, evidence
 from worker.store.typed import rowcount
 from worker.webhooks import records as webhooks

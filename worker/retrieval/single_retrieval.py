@@ -29,6 +29,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from worker.lanes import open_tally
+from worker.lanes.batch_order import remember_scheduled, scheduled_workspaces
 from worker.retrieval.records import (
     RETRIEVAL,
     SCHEDULE,
@@ -36,8 +37,6 @@ from worker.retrieval.records import (
     create_within_quota,
     insert_one,
     new_row_values,
-    remember_scheduled,
-    scheduled_workspaces,
 )
 from worker.store import db
 from worker.store.models import LANE_BATCH, LANE_INTERACTIVE

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from worker.content.results import EvidenceRef, Result
-from worker.domain.clock import isoformat
-from worker.store.models import Retrieval
+from worker.domain.clock import as_utc, isoformat
+from worker.domain.states import RetrievalState as S
+from worker.store.models import OPEN_SQL, Retrieval
 
 RETRIEVAL: sa.Table = Retrieval.__table__  # type: ignore[attr-defined]
 
@@ -88,3 +90,70 @@ def read_rows(session: Session, retrieval_ids: Sequence[uuid.UUID]) -> list[sa.R
 def read_row(session: Session, retrieval_id: uuid.UUID) -> sa.Row[Any] | None:
     """The retrieval's columns as a plain row (attributes named as the model's), or None."""
     return session.execute(_ROW_BY_ID, {"retrieval_id": retrieval_id}).one_or_none()
+
+
+def oldest_open_age(session: Session, now: datetime) -> dict[str, float | None]:
+    """Age in seconds of the oldest pending and running retrievals (for health and alerts)."""
+    ages: dict[str, float | None] = {}
+    for state in (S.PENDING, S.RUNNING):
+        oldest = session.execute(
+            sa.select(sa.func.min(RETRIEVAL.c.created_at)).where(RETRIEVAL.c.state == state.value)
+        ).scalar_one_or_none()
+        ages[state.value] = None if oldest is None else age_seconds(now, oldest)
+    return ages
+
+
+def age_seconds(now: datetime, then: datetime) -> float:
+
+    return max(0.0, (now - as_utc(then)).total_seconds())
+
+
+def count_pending(session: Session) -> int:
+    """How many retrievals wait for a worker (one indexed count)."""
+    query = sa.select(sa.func.count()).where(RETRIEVAL.c.state == S.PENDING.value)
+    return int(session.execute(query).scalar_one())
+
+
+def count_by_outcome(session: Session) -> list[tuple[str, str, str | None, str | None, int]]:
+    """(kind, state, result status, result reason, rows) for every combination present."""
+    status_of = RETRIEVAL.c.result["status"].as_string()
+    reason_of = RETRIEVAL.c.result["reason"].as_string()
+    query = sa.select(RETRIEVAL.c.kind, RETRIEVAL.c.state, status_of, reason_of, sa.func.count())
+    query = query.group_by(RETRIEVAL.c.kind, RETRIEVAL.c.state, status_of, reason_of)
+    return [
+        (kind, state, status, reason, int(count))
+        for kind, state, status, reason, count in session.execute(query)
+    ]
+
+
+def pending_by_lane(session: Session, now: datetime) -> dict[str, tuple[int, float | None]]:
+    """Per lane: pending retrievals, and the age in seconds of the oldest one (None if none)."""
+    query = (
+        sa.select(RETRIEVAL.c.lane, sa.func.count(), sa.func.min(RETRIEVAL.c.created_at))
+        .where(RETRIEVAL.c.state == S.PENDING.value)
+        .group_by(RETRIEVAL.c.lane)
+    )
+    return {
+        lane: (int(n), None if oldest is None else age_seconds(now, oldest))
+        for lane, n, oldest in session.execute(query)
+    }
+
+
+def open_by_workspace(session: Session) -> list[tuple[str, str, str, int]]:
+    """Open retrievals by (workspace, lane, state)."""
+    query = (
+        sa.select(RETRIEVAL.c.workspace_id, RETRIEVAL.c.lane, RETRIEVAL.c.state, sa.func.count())
+        .where(sa.text(OPEN_SQL))
+        .group_by(RETRIEVAL.c.workspace_id, RETRIEVAL.c.lane, RETRIEVAL.c.state)
+    )
+    return [(str(w), lane, state, int(n)) for w, lane, state, n in session.execute(query)]
+
+
+def count_pending_by_lane(session: Session) -> dict[str, int]:
+    """Pending retrievals by lane."""
+    query = (
+        sa.select(RETRIEVAL.c.lane, sa.func.count())
+        .where(RETRIEVAL.c.state == S.PENDING.value)
+        .group_by(RETRIEVAL.c.lane)
+    )
+    return {lane: int(n) for lane, n in session.execute(query)}

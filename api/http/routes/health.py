@@ -7,8 +7,7 @@ from fastapi.responses import JSONResponse
 
 from worker.domain import clock
 from worker.jobs import outbox
-from worker.retrieval import records as retrievals
-from worker.store import db
+from worker.store import db, retrieval_view
 
 router = APIRouter(tags=["health"])
 
@@ -27,7 +26,7 @@ def readyz() -> JSONResponse:
         with db.session_scope(readonly=True) as session:
             db.ping(session)
             checks["database"] = True
-            checks["oldest_age_seconds"] = retrievals.oldest_open_age(session, clock.now())
+            checks["oldest_age_seconds"] = retrieval_view.oldest_open_age(session, clock.now())
     except Exception:  # noqa: BLE001  (any failure means "not ready", never a 500)
         pass
     ready = checks["database"] and checks["broker"]

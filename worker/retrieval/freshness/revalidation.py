@@ -37,7 +37,7 @@ from worker.domain.reasons import Reason
 from worker.fetch import fleet_metrics
 from worker.fetch.egress import deadline_scope
 from worker.fetch.types import FetchedResponse, FetchFailure
-from worker.retrieval import records as retrievals
+from worker.retrieval import transitions
 from worker.retrieval.freshness import conditional, sources
 from worker.retrieval.freshness import metrics as freshness_metrics
 from worker.retrieval.freshness.conditional import PrimedFetcher, RecordingFetcher, Validator
@@ -220,7 +220,7 @@ def stored_revision(plan: Plan) -> tuple[uuid.UUID, int] | None:
     return plan.source.evidence_id, plan.source.revision
 
 
-def remember(claim: Claim, plan: Plan, result: Result, now: datetime) -> retrievals.AfterSettle:
+def remember(claim: Claim, plan: Plan, result: Result, now: datetime) -> transitions.AfterSettle:
     """What the settle's transaction does once it won: note what the request led to.
 
     The revision is confirmed `now` (unless the answer was a reuse: a window is not a
