@@ -1,7 +1,9 @@
-"""The front door: every way a client reaches the service.
+"""The front door: every way a client reaches the service, in layers.
 
-`http` is the FastAPI app, `mcp` the MCP server, `batch` the `evidence enqueue` client, `cli` the
-`evidence` command. `services` holds what the HTTP routes and the MCP tools both call; `auth`,
-`errors` and the request models (`schemas`, `read_schemas`) are shared by all of them. `api` may
-import `worker` (the core); `worker` never imports `api`.
+`cli` (the `evidence` command) over `http` (the FastAPI app) over `mcp` (the MCP server) over
+`services` (what a request does, whatever door it came through) over `serving` (uvicorn and
+bounded bodies) and `enqueue` (the `evidence enqueue` client, a client of the public API
+only); `auth`, the request models (`schemas`, `read_schemas`, `webhook_schemas`,
+`schema_check`) and `errors` at the base. `api` may import `worker`; `worker` never imports
+`api`. `make lint` checks the layers (import-linter, pyproject.toml).
 """

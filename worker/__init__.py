@@ -1,7 +1,8 @@
-"""The core both processes share: the retrieval lifecycle, the fetch, the content, the store.
+"""The core both processes share, in layers (each may import only those below it):
 
-At the base: `states` (the state machine), `reasons` (result reasons and statuses), `settings`,
-`clock`, `logs`, `languages`. Above them: `fetch` (the guarded, bounded fetch), `content`
-(bytes to text or segments), `store` (persistence), `jobs` (Celery: tasks, runner, sweep), and
-`contract` (the contract's JSON Schemas). `worker` never imports `api`.
+`jobs` (the Celery shell: app, tasks, worker process, pools, outboxes, sweeps); `retrieval` (the
+lifecycle: record, claim, run, settle, freshness); `webhooks` and `lanes`; `store` (tables and
+plain queries) and `fetch` (the guarded, bounded fetch); `content` (bytes to text or segments);
+`platform`, `domain` and `contract` at the base. `make lint` checks the layers and that no
+package has a circle (import-linter, pyproject.toml). `worker` never imports `api`.
 """

@@ -2,5 +2,5 @@
 
 `tools` declares each tool from its contract files and validates calls; `read_tools` adds the
 read side; `server` wires them to the SDK and authenticates every call. May import
-`api.services`, `api.auth`, `api.errors`, the request models and `worker`.
+`api.services`, `api.serving`, the base of `api` and `worker`; never `api.http`.
 """

@@ -1,8 +1,9 @@
-"""Celery: the delivery engine around the plain functions of the core.
+"""The Celery shell: how work reaches the lifecycle, and nothing of the lifecycle itself.
 
-`celery_app` configures Celery (acks late, time limits, the lanes' queues and their order),
-`tasks` are thin wrappers, `runner` claims (by id, or the next batch retrieval), fetches,
-extracts and settles one retrieval, `sweep` expires, rescues and republishes, `outbox`
-publishes recorded retrievals to their lane, `notify` announces settled ones on Redis pub/sub.
-May import everything in `worker`.
+`celery_app` configures Celery (acks late, time limits, the lanes' queues and their order);
+`tasks` and `webhook_tasks` are thin wrappers; `batch_tokens` runs what one batch message
+stands for; `outbox` and `webhook_outbox` publish recorded work after its commit (the latter
+installs itself on the webhook records); `sweep` expires, rescues and republishes; `node`,
+`supervisor`, `lane_pool`, `spare_tokens`, `redis_transport`, `task_events`, `flower_tasks`
+and `celery_logs` run a worker process. The top layer of `worker`: it may import all of it.
 """

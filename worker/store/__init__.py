@@ -1,9 +1,10 @@
-"""Persistence: one home for each table's queries, and the migrations.
+"""Persistence: the tables, their plain queries, and the migrations.
 
-`db` owns engines, sessions and the dialect choice (`dialect`, `insert_for`); `models` the
-tables; `retrievals` every query on the retrieval table (create, claim, settle, cancel, sweep,
-counts); `evidence` the evidence items and revisions; `keys` the API keys; `chunks`, `images`,
-`fulltext`, `read_index`, `reports` and `briefs` the read side; `migrations` the Alembic
-history. Nothing else in `api` or `worker` queries the tables. May import the base modules and
-`worker.content.results`; never `fetch` or `jobs`.
+`db` owns engines, sessions and the dialect choice; `models` and `read_models` the tables;
+`retrieval_view` a retrieval's row and payload, and the counts metrics read; `evidence` the
+evidence items and revisions; `keys` the API keys; `chunks`, `images`, `fulltext`,
+`read_index`, `reports` and `briefs` the read side; `migrations` the Alembic history. The
+lifecycle's writes to the retrieval table are `worker.retrieval`'s. May import
+`worker.content` and the base (platform, domain); never fetch, lanes, webhooks, the lifecycle
+or Celery.
 """
