@@ -61,10 +61,11 @@ test-faults: install  ## Run the fault-injection suite against the real services
 	./deploy/ensure-services.sh --postgres
 	$(PYTEST) -q $(PYTEST_N) -m fault
 
-lint: install  ## Ruff (lint and format) and mypy (strict on api/ and worker/)
+lint: install  ## Ruff (lint and format), mypy (strict on api/ and worker/), import-linter (layers)
 	$(BIN)/ruff check api worker tests bench
 	$(BIN)/ruff format --check api worker tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 format: install  ## Format the code
 	$(BIN)/ruff format api worker tests bench

@@ -195,7 +195,7 @@ def worker(
             "worker_starting", queues=queues, pool=pool, concurrency=n, hostname=hostname
         )
     if pool == "prefork":
-        from worker.jobs.celery_app import app as celery
+        from worker.jobs.celery_app import app as celery  # Celery only for this command
 
         celery.worker_main([*argv, "--pool", "prefork"])
         return

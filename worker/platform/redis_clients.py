@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -43,6 +44,8 @@ def shared(url: str | None = None) -> redis.Redis:
     return client
 
 
-def subscriber(url: str, connect_timeout: float = 2.0) -> redis.asyncio.Redis:
-    """An asyncio client for a pub/sub subscription (no command timeout: it waits on purpose)."""
+def subscriber(url: str, connect_timeout: float = 2.0) -> Any:
+    """An asyncio client for a pub/sub subscription (no command timeout: it waits on purpose).
+
+    Typed `Any`: redis-py leaves parts of its asyncio client (`aclose`) unannotated."""
     return redis.asyncio.Redis.from_url(url, socket_connect_timeout=connect_timeout)
