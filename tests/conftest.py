@@ -140,6 +140,18 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"slowdown: {factor()} ({ENV_VAR}; limits and waits scaled by it)"
 
 
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    """pytest-randomly's seed again at the end: its header line is hidden under `-q` (as `make
+    test` runs), and a failure in a shuffled order is replayed only with that seed."""
+    if config.pluginmanager.hasplugin("randomly"):
+        seed = config.getoption("randomly_seed")
+        terminalreporter.write_line(
+            f"Using --randomly-seed={seed} (replay: -p randomly --randomly-seed={seed})"
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """pytest-timeout's limit (pyproject.toml) is for a hung test, so it stretches with the
     machine like every other wait; a test's own `timeout` mark stands."""

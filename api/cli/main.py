@@ -92,17 +92,32 @@ def _shared_dir(prefix: str) -> str:
     return path
 
 
+def api_processes() -> int:
+    """The API's process count when `--workers` is not given: one per CPU this process may
+    use. One process alone queued POSTs behind each other while a worker drained a backlog
+    (docs/execution-model.md, "API latency"); each process claims a CPU of its own."""
+    return len(os.sched_getaffinity(0))
+
+
 @app.command()
 def api(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind.")] = 8000,
-    workers: Annotated[int, typer.Option(help="Uvicorn worker processes.")] = 1,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Uvicorn worker processes (default: one per CPU this process may use).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API."""
     # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.serving import cpu_claims
     from api.serving import server as serving
 
+    workers = workers or api_processes()
     _configure_logging()
     os.environ["EVIDENCE_API_WORKERS"] = str(workers)  # read by each process (poll advice)
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
