@@ -28,7 +28,7 @@ import yaml
 from typer.testing import CliRunner
 
 from worker.jobs.celery_app import RETRIEVAL_QUEUES, SWEEP_QUEUE, WEBHOOK_QUEUE, WORKER_QUEUES
-from worker.settings import Settings, get_settings
+from worker.platform.settings import Settings, get_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCFILE = ROOT / "deploy" / "Procfile"
@@ -130,8 +130,9 @@ def launch(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> Iterator[Callable[[list[str]], Launch]]:
     """Run `evidence <argv>` to the point where it would start its processes."""
-    import api.cli
-    from api.http import cpu_claims, serving
+    import api.cli.main
+    from api.serving import cpu_claims
+    from api.serving import server as serving
     from worker.jobs import node, supervisor
     from worker.jobs.celery_app import app as celery
 
@@ -140,7 +141,7 @@ def launch(
     # What the api command writes for its processes, put back afterwards.
     monkeypatch.setenv("EVIDENCE_API_WORKERS", "1")
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    monkeypatch.setattr(api.cli, "_configure_logging", lambda: None)
+    monkeypatch.setattr(api.cli.main, "_configure_logging", lambda: None)
     monkeypatch.setattr(cpu_claims, "wanted", lambda: False)
     get_settings.cache_clear()
     seen: dict[str, Any] = {}
@@ -172,7 +173,7 @@ def launch(
     def run(argv: list[str]) -> Launch:
         seen.clear()
         get_settings.cache_clear()
-        result = CliRunner().invoke(api.cli.app, argv, catch_exceptions=False)
+        result = CliRunner().invoke(api.cli.main.app, argv, catch_exceptions=False)
         assert result.exit_code == 0, (argv, result.output)
         if argv[0] == "api":
             return Launch("api", api_processes=seen["api"])
@@ -229,7 +230,7 @@ class TestOneModel:
 
     def test_cli_defaults_are_the_model(self) -> None:
         """The bare commands resolve their pool, in flight and API processes at run time."""
-        from api.cli import app
+        from api.cli.main import app
 
         commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
         defaults = {
