@@ -81,7 +81,7 @@ class TestBatchRetrieve:
             for n in range(5)
         ]
         items = [body(url, workspace) for url in urls]
-        response = api.enqueue(items)
+        response = api.batch(items)
         assert response.status_code == 200
         results = response.json()["results"]
         assert [r["status"] for r in results] == [202] * 5
@@ -111,7 +111,7 @@ class TestBatchRetrieve:
             {**body(page, workspace), "colour": "blue"},
             body(page, workspace),
         ]
-        results = api.enqueue(items).json()["results"]
+        results = api.batch(items).json()["results"]
         assert [r["status"] for r in results] == [202, 400, 400, 403, 409, 200, 400, 202]
         assert results[1]["error"] == {
             "code": "invalid_input",
@@ -133,10 +133,10 @@ class TestBatchRetrieve:
         batch are one retrieval; a single POST of an item sees the batch's retrieval."""
         items = [body(page, workspace) for _ in range(3)]
         items.append(dict(items[0]))
-        first = api.enqueue(items).json()["results"]
+        first = api.batch(items).json()["results"]
         assert [r["status"] for r in first] == [202, 202, 202, 200]
         assert first[3]["retrieval"]["id"] == first[0]["retrieval"]["id"]
-        again = api.enqueue(items).json()["results"]
+        again = api.batch(items).json()["results"]
         assert [r["status"] for r in again] == [200] * 4
         assert [r["retrieval"]["id"] for r in again] == [r["retrieval"]["id"] for r in first]
         single = api.post(items[1])
@@ -150,7 +150,7 @@ class TestBatchRetrieve:
         robots_site = env.robots_site
         items = [body(robots_site.url(f"/private/thousand/{n}"), workspace) for n in range(1000)]
         started = time.monotonic()
-        response = api.enqueue(items)
+        response = api.batch(items)
         elapsed = time.monotonic() - started
         results = response.json()["results"]
         assert [r["status"] for r in results] == [202] * 1000

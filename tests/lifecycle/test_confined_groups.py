@@ -242,10 +242,10 @@ class TestSettleGroup:
             ] + bad
             at.shuffle(items)
             ids = _insert(workspace, [(url, lang) for url, lang, _ in items])
-            claims = db.with_transient_retry(
+            taken = db.with_transient_retry(
                 lambda s: claims.claim_next_batches(s, clock.now(), LEASE, len(items))
             )
-            by_id = {c.retrieval_id: c for c in claims}
+            by_id = {c.retrieval_id: c for c in taken}
             assert set(by_id) == set(ids)
             jobs = []
             for rid, (url, _lang, fails) in zip(ids, items, strict=True):

@@ -69,7 +69,7 @@ class TestInteractiveFirst:
         then overtakes every item it finds waiting: the two in the broker at least, and the
         reserved ones unless a thread freed before the single reached the process (FIFO:
         after all of them)."""
-        batch = api.enqueue([body(slow_url, workspace) for _ in range(6)]).json()["results"]
+        batch = api.batch([body(slow_url, workspace) for _ in range(6)]).json()["results"]
         batch_ids = [r["retrieval"]["id"] for r in batch]
         wait_running(api, batch_ids, WORKER_PROCESSES)
         other = uuid.uuid4()

@@ -104,7 +104,7 @@ class TestOpenCeiling:
             for n in range(5)
         ]
         items = [body(url, workspace) for url in urls]
-        response = api.enqueue(items)
+        response = api.batch(items)
         assert response.status_code == 200
         results = response.json()["results"]
         assert [r["status"] for r in results] == [202, 202, 202, 429, 429]
@@ -115,7 +115,7 @@ class TestOpenCeiling:
         done = [api.wait(r["retrieval"]["id"]) for r in results[:3]]
         assert {d["state"] for d in done} == {"completed"}
         # Sent again once those settled: the known ones are 200, the refused ones now go in.
-        again = api.enqueue(items).json()["results"]
+        again = api.batch(items).json()["results"]
         assert [r["status"] for r in again] == [200, 200, 200, 202, 202]
         assert [r["retrieval"]["id"] for r in again[:3]] == [d["id"] for d in done]
         for result in again[3:]:
@@ -147,10 +147,10 @@ class TestWriteRate:
         """Burst 3: a batch of five new items gets three in; known items never cost tokens."""
         override(workspace, write_rate=0.2, write_burst=3)
         items = [body(page, workspace) for _ in range(5)]
-        results = api.enqueue(items).json()["results"]
+        results = api.batch(items).json()["results"]
         assert [r["status"] for r in results] == [202, 202, 202, 429, 429]
         assert results[3]["error"]["details"]["retry_after_seconds"] >= 5
-        replay = api.enqueue(items[:3]).json()["results"]
+        replay = api.batch(items[:3]).json()["results"]
         assert [r["status"] for r in replay] == [200, 200, 200]
         for result in results[:3]:
             assert api.wait(result["retrieval"]["id"])["state"] == "completed"

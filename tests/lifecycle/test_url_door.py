@@ -108,7 +108,7 @@ class TestBatch:
         good = [body(url, workspace) for url in pages]
         bad = [body(url, workspace) for url, _ in MALFORMED]
         items = [good[0], *bad[:3], good[1], *bad[3:7], good[2], *bad[7:], good[3]]
-        results = api.enqueue(items).json()["results"]
+        results = api.batch(items).json()["results"]
         assert len(results) == len(items)
         for item, result in zip(items, results, strict=True):
             if item in good:

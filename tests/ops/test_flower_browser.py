@@ -57,7 +57,7 @@ def submit_run(api: Api, workspace: uuid.UUID, site: TLSSite) -> dict[str, str]:
         site.page(f"/fb/{tag}/batch-{n}", article(f"Batch {n}")) if n % 3 else missing + f"-{n}"
         for n in range(BATCH_ITEMS)
     ]
-    results = api.enqueue([body(url, workspace) for url in urls]).json()["results"]
+    results = api.batch([body(url, workspace) for url in urls]).json()["results"]
     lanes.update({r["retrieval"]["id"]: "batch" for r in results})
     return lanes
 

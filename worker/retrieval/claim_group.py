@@ -64,11 +64,11 @@ def take(requests: Sequence[None]) -> list[Claimed | BaseException]:
     return answers + [None] * (len(requests) - len(answers))
 
 
-def look_up_each(session: Session, claims: Sequence[retrievals.Claim]) -> list[freshness.Found]:
+def look_up_each(session: Session, taken: Sequence[retrievals.Claim]) -> list[freshness.Found]:
     """Each claim's look-up on its own, in a savepoint: one that fails finds nothing (a full
     retrieval), and leaves the transaction as it was for the others."""
     found: list[freshness.Found] = []
-    for claim in claims:
+    for claim in taken:
         try:
             with session.begin_nested():
                 found.append(freshness.look_up(session, claim))
