@@ -425,6 +425,7 @@ class Served:
     db_url: str
     tmp: Path
     procs: dict[str, Any]  # name -> tests.support.services.Process
+    redis_pid: int
 
     def create_key(self, *workspaces: str) -> str:
         """A new API key for `workspaces` (`evidence keys create`)."""
@@ -495,7 +496,7 @@ def serve(
         # The page server stands in for remote sites: part of the workers' load, so it runs at
         # their niceness (its handler threads inherit it from the accepting thread).
         os.setpriority(os.PRIO_PROCESS, site._thread.native_id, site_nice)  # type: ignore[union-attr]
-        yield Served(api, url, db_url, tmp, procs)
+        yield Served(api, url, db_url, tmp, procs, redis.proc.pid if redis.proc else 0)
     finally:
         for proc in procs.values():
             proc.stop()

@@ -62,6 +62,7 @@ from bench.load import (  # noqa: E402
 )
 
 SETS = ("make-run", "cli-defaults")
+CPU_COLUMNS = ("machine", "api", "worker", "postgres", "redis", "clients", "others")
 # The targets (to be met after service changes; today's figures are the baseline).
 TARGET_POST_P99_MS = 50.0
 TARGET_B_GET_P99_MS = 100.0
@@ -132,6 +133,8 @@ def run_clients(served: Served, clients: list[Client], tag: str) -> dict[str, An
                 proc = subprocess.Popen(command, cwd=ROOT, start_new_session=True)
                 procs.append((client.name, proc, out))
         pids = {name: proc.pid for name, proc in served.procs.items()}
+        if served.redis_pid:
+            pids["redis"] = served.redis_pid
         if postmaster := _postmaster():
             pids["postgres"] = postmaster
         meter = CpuMeter(pids)
@@ -154,8 +157,8 @@ def run_clients(served: Served, clients: list[Client], tag: str) -> dict[str, An
     cpu = meter.between(0, 1)
     summaries = {name: summarize(p) for name, p in parts.items()}
     cpu_pct = {k: v["pct"] for k, v in cpu.items() if k != "wall_s"}
-    # "rest" is the load clients, Redis and whatever else ran: the machine is shared, and a
-    # phase in which others took a core measured less than this service can do.
+    # "rest" is the load clients and whatever else ran: the machine is shared, and a phase in
+    # which others took a core measured less than this service can do.
     cpu_pct["clients"] = round(
         sum(s["client"]["send_phase_cpu_pct_total"] for s in summaries.values()), 1
     )
@@ -391,9 +394,8 @@ def show(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
         for r in results.values()
     )))  # fmt: skip
     for phase in ("flood", "unloaded", "loaded"):
-        rows.append((f"{phase}: CPU % machine / api / worker / pg / clients / others", *(
-            " / ".join(str(r[phase]["cpu_pct"].get(k, "-"))
-                       for k in ("machine", "api", "worker", "postgres", "clients", "others"))
+        rows.append((f"{phase}: CPU % machine / api / worker / pg / redis / clients / others", *(
+            " / ".join(str(r[phase]["cpu_pct"].get(k, "-")) for k in CPU_COLUMNS)
             for r in results.values()
         )))  # fmt: skip
     rows.append(("client send lag p99 ms (A loaded, A flood)", *(
