@@ -79,6 +79,12 @@ load: install  ## Load test: open-loop POST-then-poll against the running servic
 	./deploy/ensure-services.sh --postgres
 	$(PY) -m bench.load $(LOAD_ARGS)
 
+# About 5 minutes; the issue's full size: OVERLOAD_ARGS="--duration 30 --flood-duration 30".
+OVERLOAD_ARGS ?=
+overload: install  ## Overload: one workspace's pollers ignoring Retry-After and its read flood, against another's retrievals, for make run's processes and the CLI defaults
+	./deploy/ensure-services.sh --postgres
+	$(PY) -m bench.overload $(OVERLOAD_ARGS)
+
 BENCH_ARGS ?= --pages 1000 --repeat 2 --latency-ms 0,mix
 bench: install  ## Throughput side by side: extraction limit, plain script, trafilatura CLI, the service
 	./deploy/ensure-services.sh --postgres
@@ -94,4 +100,5 @@ bench-revalidation: install  ## Re-retrieving unchanged pages (304s) against a f
 	./deploy/ensure-services.sh --postgres
 	$(PY) -m bench.revalidation $(REVALIDATION_ARGS)
 
-.PHONY: help install run demo test test-faults lint format migrate bench bench-fairness bench-revalidation
+.PHONY: help install run demo test test-faults lint format migrate load overload bench bench-fairness \
+	bench-revalidation

@@ -46,6 +46,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,7 @@ class Recorder:
         self.settle_s: list[float] = []
         self.retry_after: list[float] = []
         self.unsettled = 0
+        self.abandoned = 0
         self.posts_answered = 0
 
     def error(self, key: str) -> None:
@@ -114,30 +117,36 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
 
     rec = Recorder()
     loop = asyncio.get_running_loop()
-    # Every process follows one global schedule (POST i is due at start + i / rate) and takes
+    # Every process follows one global schedule (slot i is due at start + i / rate) and takes
     # every `count`-th slot of it, so N processes together send at `rate`, evenly spaced.
     count, index = args.process_count, args.process_index
     slots = [i for i in range(int(args.rate * args.duration)) if i % count == index]
+    # --get-ids: each slot GETs one of these retrievals (a read flood) instead of POSTing.
+    flood_ids = Path(args.get_ids).read_text().split() if args.get_ids else []
+    poll_mode = args.poll_mode
+    if poll_mode == "honour" and not args.honor_retry_after:
+        poll_mode = "backoff"
     if args.start_at:
         start = time.perf_counter() + max(0.0, args.start_at - time.time())
     else:
         start = time.perf_counter() + 0.5
+    stop = start + args.stop_after if args.stop_after else float("inf")
     done = asyncio.Event()
     api = urlsplit(args.api)
-    pool = Pool(
-        api.hostname or "127.0.0.1",
-        api.port or 80,
-        args.connections,
-        {"Authorization": f"Bearer {args.key}"},
-    )
+    headers = {"Authorization": f"Bearer {args.key}"}
+    host, port = api.hostname or "127.0.0.1", api.port or 80
+    pool = Pool(host, port, args.connections, headers)
+    # Pollers that ignore Retry-After hold every connection they may: on a pool of their own,
+    # the POSTs still leave on schedule, as they would from a client's separate writers.
+    poll_pool = Pool(host, port, args.poll_connections, headers) if args.poll_connections else pool
 
     async def call(
-        route: str, method: str, path: str, body: bytes = b""
+        route: str, method: str, path: str, body: bytes = b"", via: Pool = pool
     ) -> tuple[int, Any, str | None]:
         """One request: (status, JSON body or None, Retry-After); status 0 on a client error."""
         began = time.perf_counter()
         try:
-            answer, pool_wait_ms = await pool.request(method, path, body)
+            answer, pool_wait_ms = await via.request(method, path, body)
         except HttpError as exc:
             rec.error(f"{route}: {exc.kind}")
             return 0, None, None
@@ -150,8 +159,12 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
             return answer.status, None, answer.retry_after
         return answer.status, json.loads(answer.body), answer.retry_after
 
-    async def one(due: float) -> None:
+    async def one(slot: int, due: float) -> None:
         rec.send_lag_ms.append((time.perf_counter() - due) * 1000)
+        if flood_ids:
+            await call(GET, "GET", RETRIEVAL_PATH.format(id=flood_ids[slot % len(flood_ids)]))
+            rec.posts_answered += 1
+            return
         payload = {
             "url": args.url,
             "kind": "url_text",
@@ -160,15 +173,18 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
         }
         _, body, hint = await call(POST, "POST", RETRIEVE_PATH, json.dumps(payload).encode())
         rec.posts_answered += 1
-        if body is None:
+        if body is None or poll_mode == "none":
             return
         retrieval = body["retrieval"]
         path = RETRIEVAL_PATH.format(id=retrieval["id"])
         deadline = due + args.settle_timeout
         interval = args.poll_interval
         while retrieval["state"] not in SETTLED:
-            wait = parse_retry_after(hint) if args.honor_retry_after else None
-            if wait is not None:
+            hinted = parse_retry_after(hint) if poll_mode == "honour" else None
+            if poll_mode == "ignore":  # as many real clients do: again at once, whatever it says
+                wait = args.poll_gap
+            elif hinted is not None:
+                wait = hinted
                 rec.retry_after.append(wait)
             else:
                 wait, interval = interval, min(interval * 1.5, MAX_POLL_INTERVAL)
@@ -176,7 +192,7 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
                 rec.unsettled += 1
                 return
             await asyncio.sleep(wait)
-            _, got, hint = await call(GET, "GET", path)
+            _, got, hint = await call(GET, "GET", path, via=poll_pool)
             if got is not None:
                 retrieval = got["retrieval"]
         rec.settle_s.append(time.perf_counter() - due)
@@ -190,6 +206,8 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
     # Open the pool before the first POST is due, as a long-running client would have it: the
     # first second should measure the API, not TCP handshakes queued behind a cold pool.
     await pool.fill("/healthz")
+    if poll_pool is not pool:
+        await poll_pool.fill("/healthz")
     tasks: set[asyncio.Task[None]] = set()
     tick = loop.create_task(ticker())
     cpu_start, wall_start = cpu_self(), time.perf_counter()
@@ -200,18 +218,26 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
         delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        task = loop.create_task(one(due))
+        task = loop.create_task(one(i, due))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
-    # The POST phase ends when the last scheduled POST has been answered.
-    while rec.posts_answered < len(slots) and time.perf_counter() < start + args.duration + 30:
+    # The POST phase ends when the last scheduled POST has been answered (or at --stop-after).
+    end_of_posts = min(start + args.duration + 30, stop)
+    while rec.posts_answered < len(slots) and time.perf_counter() < end_of_posts:
         await asyncio.sleep(0.05)
     send_cpu, send_wall = cpu_self() - cpu_sending, time.perf_counter() - start
-    while tasks:
-        await asyncio.gather(*list(tasks))
+    while tasks and time.perf_counter() < stop:
+        await asyncio.wait(list(tasks), timeout=min(1.0, max(0.0, stop - time.perf_counter())))
+    # --stop-after: what is still open is abandoned (a POST or GET never answered, or a
+    # retrieval still being polled), counted, not timed.
+    rec.abandoned = len(tasks)
+    for task in list(tasks):
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     done.set()
     await tick
     pool.close()
+    poll_pool.close()
     wall = time.perf_counter() - wall_start
     return {
         "process": index,
@@ -224,6 +250,7 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
         "settle_s": rec.settle_s,
         "retry_after": rec.retry_after,
         "unsettled": rec.unsettled,
+        "abandoned": rec.abandoned,
         "cpu_s": cpu_self() - cpu_start,
         "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "wall_s": wall,
@@ -294,6 +321,7 @@ def summarize(parts: list[dict[str, Any]]) -> dict[str, Any]:
         "errors": errors,
         "settled_seen": len(settle),
         "unsettled": sum(p["unsettled"] for p in parts),
+        "abandoned": sum(p.get("abandoned", 0) for p in parts),
         "settle_seen_s": stats(settle, 1),
         "retry_after_s": stats(retry_after, 1) | {"count": len(retry_after)},
         "windows": windows,
@@ -388,7 +416,36 @@ def _pending(db_url: str, workspace: str) -> int:
     return int(n)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+@dataclass
+class Served:
+    """A running service for a bench: its API, page URL, database and processes."""
+
+    api: str
+    url: str
+    db_url: str
+    tmp: Path
+    procs: dict[str, Any]  # name -> tests.support.services.Process
+    redis_pid: int
+
+    def create_key(self, *workspaces: str) -> str:
+        """A new API key for `workspaces` (`evidence keys create`)."""
+        command = [sys.executable, "-m", "api.cli", "keys", "create"]
+        for workspace in workspaces:
+            command += ["--workspace", workspace]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+        return done.stdout.strip().splitlines()[-1]
+
+
+@contextlib.contextmanager
+def serve(
+    tmp: Path, commands: dict[str, list[str]], log_level: str, site_nice: int
+) -> Iterator[Served]:
+    """Start a PostgreSQL database, Redis, a loopback HTTPS page and `commands` (name ->
+    `evidence` arguments; the API's gets `--port`); stop and drop them all on the way out.
+
+    The per-workspace write quotas are lifted: one client at 200 POST/s into one workspace is
+    what the load benches measure, not what the quotas are for.
+    """
     from tests.support.pages import article
     from tests.support.services import (
         Process,
@@ -400,7 +457,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     from tests.support.tls_site import TLSSite
 
-    tmp = Path(tempfile.mkdtemp(prefix="evidence-load-"))
     site = TLSSite().start()
     site.page("/robots.txt", "User-agent: *\nAllow: /\n", "text/plain")
     url = site.page("/load/article", article("Load test article", paragraphs=4))
@@ -412,26 +468,45 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "EVIDENCE_EGRESS_ALLOW_CIDRS": "127.0.0.1/32",
         "EVIDENCE_CA_BUNDLE": str(site.write_ca(tmp / "ca.pem")),
         "EVIDENCE_FETCH_ALLOWED_PORTS": str(site.port),
-        "EVIDENCE_LOG_LEVEL": args.log_level,
-        # One client at 200 POST/s into one workspace is what this bench measures (the API's
-        # latency), not what the per-workspace quotas are for: lift them out of its way.
+        "EVIDENCE_LOG_LEVEL": log_level,
         "EVIDENCE_QUOTA_WRITE_RATE": "100000",
         "EVIDENCE_QUOTA_WRITE_BURST": "100000",
         "EVIDENCE_QUOTA_OPEN_RETRIEVALS": "1000000",
     }
     os.environ.update(env)
-    from worker.store.migrate import upgrade
+    procs: dict[str, Any] = {}
+    try:
+        from worker.store.migrate import upgrade
 
-    upgrade(db_url)
-    warm_workspace = str(uuid.uuid4())  # the warm-up's retrievals stay out of the figures
-    key = subprocess.run(
-        [sys.executable, "-m", "api.cli", "keys", "create", "--workspace", args.workspace,
-         "--workspace", warm_workspace],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout.strip().splitlines()[-1]  # fmt: skip
-    port = free_port()
-    prom = tmp / "prometheus"  # every API process's request histogram, summed at /metrics
-    prom.mkdir()
+        upgrade(db_url)
+        port = free_port()
+        prom = tmp / "prometheus"  # every API process's request histogram, summed at /metrics
+        prom.mkdir(exist_ok=True)
+        for name, words in commands.items():
+            extra = {}
+            if name == "api":
+                words = [*words, "--port", str(port)]
+                extra = {"PROMETHEUS_MULTIPROC_DIR": str(prom)}
+            procs[name] = Process(words, tmp / f"{name}.log", env=extra)
+        for proc in procs.values():
+            proc.start()
+        api = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _up(api), timeout=60)
+        time.sleep(3)  # let the worker connect
+        # The page server stands in for remote sites: part of the workers' load, so it runs at
+        # their niceness (its handler threads inherit it from the accepting thread).
+        os.setpriority(os.PRIO_PROCESS, site._thread.native_id, site_nice)  # type: ignore[union-attr]
+        yield Served(api, url, db_url, tmp, procs, redis.proc.pid if redis.proc else 0)
+    finally:
+        for proc in procs.values():
+            proc.stop()
+        redis.stop()
+        site.stop()
+        drop_postgres_database(db_name)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="evidence-load-"))
     # Both lanes: past EVIDENCE_INTERACTIVE_OPEN_LIMIT open singles, a workspace's new ones join
     # the batch lane.
     if args.as_make_run:
@@ -442,94 +517,90 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         worker_args += ["--nice", str(args.worker_nice)] + (["--idle"] if args.worker_idle else [])
     if args.worker_concurrency:
         worker_args += ["--concurrency", str(args.worker_concurrency)]
-    procs = {
-        "api": Process(["api", "--port", str(port), "--workers", str(args.api_workers)],
-                       tmp / "api.log", env={"PROMETHEUS_MULTIPROC_DIR": str(prom)}),
-        "worker": Process(worker_args, tmp / "worker.log"),
-        "sweeper": Process(["worker", "--queues", "sweep", "--pool", "prefork",
-                            "--concurrency", "1", "--hostname", "sweeper@%h"],
-                           tmp / "sweeper.log"),
-        "beat": Process(["beat", "--schedule", str(tmp / "beat")], tmp / "beat.log"),
+    commands = {
+        "api": ["api", "--workers", str(args.api_workers)],
+        "worker": worker_args,
+        "sweeper": ["worker", "--queues", "sweep", "--pool", "prefork", "--concurrency", "1",
+                    "--hostname", "sweeper@%h"],
+        "beat": ["beat", "--schedule", str(tmp / "beat")],
     }  # fmt: skip
     clients: list[subprocess.Popen[bytes]] = []
     try:
-        for proc in procs.values():
-            proc.start()
-        api = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _up(api), timeout=60)
-        time.sleep(3)  # let the worker connect
-        _warm_up(api, key, warm_workspace, url, args.warm_up)
-        histogram = _request_histogram(api)
-        # Each service runs in its own session, and with the kernel's autogroup scheduling
-        # (sched_autogroup_enabled=1) CPU is shared between sessions first: a process's nice
-        # value only ranks it within its session. So `worker --nice` alone left the workers an
-        # equal share against the API; the session's own nice value makes it count.
-        # (`evidence worker --nice` now lowers its own session; --as-make-run leaves it at that.)
-        for name in () if args.as_make_run else ("worker", "sweeper"):
-            _autogroup_nice(procs[name].pid, args.worker_nice)
-        # The page server stands in for remote sites: part of the workers' load, so it runs at
-        # their niceness (its handler threads inherit it from the accepting thread).
-        os.setpriority(os.PRIO_PROCESS, site._thread.native_id, args.worker_nice)  # type: ignore[union-attr]
-        pids = {name: proc.pid for name, proc in procs.items()}
-        postmaster = _postmaster()
-        if postmaster:  # every database's backends, not only this run's
-            pids["postgres"] = postmaster
-        meter = CpuMeter(pids)
-        start_at = time.time() + 3  # the clients start and connect meanwhile
-        outs = [tmp / f"client-{n}.json" for n in range(args.client_processes)]
-        for n, out in enumerate(outs):
-            command = [
-                sys.executable, "-m", "bench.load", "client", "--api", api, "--key", key,
-                "--workspace", args.workspace, "--url", url, "--rate", str(args.rate),
-                "--duration", str(args.duration), "--poll-interval", str(args.poll_interval),
-                "--settle-timeout", str(args.settle_timeout),
-                "--connections", str(max(1, args.connections // args.client_processes)),
-                "--process-index", str(n), "--process-count", str(args.client_processes),
-                "--start-at", str(start_at), "--out", str(out),
-            ]  # fmt: skip
-            if not args.honor_retry_after:
-                command.append("--ignore-retry-after")
-            client = subprocess.Popen(
-                command, cwd=ROOT, preexec_fn=_nicer(args.client_nice), start_new_session=True
-            )
-            _autogroup_nice(client.pid, args.client_nice)  # its own session: see the docstring
-            clients.append(client)
-        time.sleep(max(0.0, start_at - time.time()))
-        meter.mark()  # 0: the first POST is due
-        time.sleep(max(0.0, start_at + args.duration - time.time()))
-        meter.mark()  # 1: the last POST is due
-        backlog = _pending(db_url, args.workspace)
-        server_side = _server_side(histogram, _request_histogram(api))
-        for client in clients:
-            if client.wait() != 0:
-                raise RuntimeError(f"a load client failed (exit {client.returncode})")
-        # The clients stop polling at --settle-timeout; the workers go on. Wait for them, so
-        # the database's settle times cover every retrieval (up to --drain-timeout).
-        drain_deadline = start_at + args.duration + args.drain_timeout
-        while _pending(db_url, args.workspace) and time.time() < drain_deadline:
-            time.sleep(2)
-        meter.mark()  # 2: every retrieval settled (or --drain-timeout passed)
-        result = summarize([json.loads(out.read_text()) for out in outs])
-        result["backlog_at_end_of_posts"] = backlog
-        result["server_side"] = server_side
-        result["cpu_post_phase"] = meter.between(0, 1)
-        result["cpu_drain_phase"] = meter.between(1, 2)
-        result["database"] = _db_figures(db_url, args.workspace)
-        return result
+        with serve(tmp, commands, args.log_level, args.worker_nice) as served:
+            return _measure(args, served, clients)
     finally:
         for client in clients:
             if client.poll() is None:
                 client.kill()
                 client.wait()
-        for proc in procs.values():
-            proc.stop()
-        redis.stop()
-        site.stop()
-        drop_postgres_database(db_name)
         if args.keep:
             print(f"logs and client records kept in {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _measure(
+    args: argparse.Namespace, served: Served, clients: list[subprocess.Popen[bytes]]
+) -> dict[str, Any]:
+    """The measured minute of `run`, against `served`; started clients go into `clients`."""
+    api, url, db_url, tmp, procs = served.api, served.url, served.db_url, served.tmp, served.procs
+    warm_workspace = str(uuid.uuid4())  # the warm-up's retrievals stay out of the figures
+    key = served.create_key(args.workspace, warm_workspace)
+    _warm_up(api, key, warm_workspace, url, args.warm_up)
+    histogram = _request_histogram(api)
+    # Each service runs in its own session, and with the kernel's autogroup scheduling
+    # (sched_autogroup_enabled=1) CPU is shared between sessions first: a process's nice
+    # value only ranks it within its session. So `worker --nice` alone left the workers an
+    # equal share against the API; the session's own nice value makes it count.
+    # (`evidence worker --nice` now lowers its own session; --as-make-run leaves it at that.)
+    for name in () if args.as_make_run else ("worker", "sweeper"):
+        _autogroup_nice(procs[name].pid, args.worker_nice)
+    pids = {name: proc.pid for name, proc in procs.items()}
+    postmaster = _postmaster()
+    if postmaster:  # every database's backends, not only this run's
+        pids["postgres"] = postmaster
+    meter = CpuMeter(pids)
+    start_at = time.time() + 3  # the clients start and connect meanwhile
+    outs = [tmp / f"client-{n}.json" for n in range(args.client_processes)]
+    for n, out in enumerate(outs):
+        command = [
+            sys.executable, "-m", "bench.load", "client", "--api", api, "--key", key,
+            "--workspace", args.workspace, "--url", url, "--rate", str(args.rate),
+            "--duration", str(args.duration), "--poll-interval", str(args.poll_interval),
+            "--settle-timeout", str(args.settle_timeout),
+            "--connections", str(max(1, args.connections // args.client_processes)),
+            "--process-index", str(n), "--process-count", str(args.client_processes),
+            "--start-at", str(start_at), "--out", str(out),
+        ]  # fmt: skip
+        if not args.honor_retry_after:
+            command.append("--ignore-retry-after")
+        client = subprocess.Popen(
+            command, cwd=ROOT, preexec_fn=_nicer(args.client_nice), start_new_session=True
+        )
+        _autogroup_nice(client.pid, args.client_nice)  # its own session: see the docstring
+        clients.append(client)
+    time.sleep(max(0.0, start_at - time.time()))
+    meter.mark()  # 0: the first POST is due
+    time.sleep(max(0.0, start_at + args.duration - time.time()))
+    meter.mark()  # 1: the last POST is due
+    backlog = _pending(db_url, args.workspace)
+    server_side = _server_side(histogram, _request_histogram(api))
+    for client in clients:
+        if client.wait() != 0:
+            raise RuntimeError(f"a load client failed (exit {client.returncode})")
+    # The clients stop polling at --settle-timeout; the workers go on. Wait for them, so
+    # the database's settle times cover every retrieval (up to --drain-timeout).
+    drain_deadline = start_at + args.duration + args.drain_timeout
+    while _pending(db_url, args.workspace) and time.time() < drain_deadline:
+        time.sleep(2)
+    meter.mark()  # 2: every retrieval settled (or --drain-timeout passed)
+    result = summarize([json.loads(out.read_text()) for out in outs])
+    result["backlog_at_end_of_posts"] = backlog
+    result["server_side"] = server_side
+    result["cpu_post_phase"] = meter.between(0, 1)
+    result["cpu_drain_phase"] = meter.between(1, 2)
+    result["database"] = _db_figures(db_url, args.workspace)
+    return result
 
 
 def _warm_up(api: str, key: str, workspace: str, url: str, count: int) -> None:
@@ -771,6 +842,23 @@ def main() -> None:
         dest="honor_retry_after",
         action="store_false",
         help="poll on the client's own back-off even when the API sends Retry-After",
+    )
+    parser.add_argument(
+        "--poll-mode",
+        choices=["honour", "backoff", "ignore", "none"],
+        default="honour",
+        help="honour: Retry-After, else the back-off; backoff: the back-off only; ignore: poll"
+        " again --poll-gap s after each answer; none: POST only",
+    )
+    parser.add_argument("--poll-gap", type=float, default=0.0, help="--poll-mode ignore's wait")
+    parser.add_argument(
+        "--poll-connections", type=int, default=0, help="a pool of its own for polls (0: shared)"
+    )
+    parser.add_argument(
+        "--stop-after", type=float, default=0.0, help="client: abandon what is open then (s)"
+    )
+    parser.add_argument(
+        "--get-ids", default="", help="client: a file of ids; each slot GETs one, no POSTs"
     )
     parser.add_argument(
         "--api-workers", type=int, default=2, help="API processes (one per core here)"

@@ -18,6 +18,7 @@ import httpx
 import sqlalchemy as sa
 
 from tests.support.factories import LEAK_PATTERNS, SETTLED, Api
+from tests.support.slowdown import scaled
 from worker.store import db
 from worker.store.models import EvidenceRevision, Retrieval
 
@@ -91,7 +92,9 @@ class History:
             )
 
     def wait_settled(self, timeout: float) -> list[Retrieval]:
-        """I1 no stuck: poll until every row of the workspace is settled (bounded)."""
+        """I1 no stuck: poll until every row of the workspace is settled, within `timeout`
+        seconds on a quiet machine (stretched by the session's slowdown, as every wait is)."""
+        timeout = scaled(timeout)
         deadline = time.monotonic() + timeout
         while True:
             rows = self.rows()
@@ -102,7 +105,7 @@ class History:
                 return rows
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"I1 stuck: {len(open_rows)} open after {timeout} s: "
+                    f"I1 stuck: {len(open_rows)} open after {timeout:g} s: "
                     f"{[(str(r.id), r.state, r.attempt) for r in open_rows[:5]]}"
                 )
             time.sleep(0.25)

@@ -30,6 +30,7 @@ from tests.support import hostile
 from tests.support.factories import body
 from tests.support.pages import article
 from tests.support.services import POSTGRES_ADMIN_URL, Process, wait_for
+from tests.support.slowdown import scaled
 from tests.support.tls_site import TLSSite
 
 
@@ -135,7 +136,7 @@ class TestWorkerDeath:
         (rid,) = submit(history, [pages(slow_seconds=3)])
         wait_running(history, rid)
         services.worker.kill_group()
-        time.sleep(2)
+        time.sleep(scaled(2))
         services.start_worker()
         rows = history.check(max_attempts)
         assert rows[0].state == "completed" and rows[0].attempt == 2
@@ -147,7 +148,7 @@ class TestWorkerDeath:
         (rid,) = submit(history, [pages(slow_seconds=3)])
         wait_running(history, rid)
         services.worker.signal(signal.SIGTERM)
-        services.worker.proc.wait(30)  # type: ignore[union-attr]
+        services.worker.proc.wait(scaled(30))  # type: ignore[union-attr]
         rows = history.check(max_attempts, settle_timeout=5)
         assert rows[0].state == "completed" and rows[0].attempt == 1
         services.start_worker()
@@ -159,9 +160,9 @@ class TestWorkerDeath:
         (rid,) = submit(history, [pages(slow_seconds=3)])
         wait_running(history, rid)
         services.worker.signal(signal.SIGTERM)
-        time.sleep(0.3)
+        time.sleep(scaled(0.3))  # the warm shutdown has begun
         services.worker.signal(signal.SIGTERM)
-        services.worker.proc.wait(30)  # type: ignore[union-attr]
+        services.worker.proc.wait(scaled(30))  # type: ignore[union-attr]
         services.start_worker()
         rows = history.check(max_attempts)
         assert rows[0].state == "completed"
@@ -240,9 +241,9 @@ class TestBrokerFaults:
         the worker that was running tasks when the broker went away is still the same process."""
         worker_pid = services.worker.pid
         submit(history, [pages(slow_seconds=1) for _ in range(4)] + [pages() for _ in range(30)])
-        time.sleep(1.0)
+        time.sleep(scaled(1.0))
         env.redis.stop()
-        time.sleep(3)
+        time.sleep(scaled(3))
         env.redis.start()
         rows = history.check(max_attempts, settle_timeout=90)
         assert len(rows) == 34
@@ -367,7 +368,7 @@ class TestDatabaseFaults:
             urls = [pages() for _ in range(40)]
             with ThreadPoolExecutor(max_workers=8) as pool:
                 list(pool.map(lambda u: history.post(body(u, history.workspace)), urls))
-            time.sleep(3)
+            time.sleep(scaled(3))
         finally:
             stop.set()
             killer.join(5)
@@ -428,7 +429,7 @@ class TestExpiryAndCancel:
             wait_for(lambda: state_of(history, rid) == "expired", timeout=20)
         finally:
             resume_worker(services)
-        time.sleep(2)
+        time.sleep(scaled(2))  # the resumed worker tries its late settle
         rows = history.check(max_attempts)
         assert rows[0].state == "expired" and rows[0].result is None
         again = history.post(payload)
@@ -439,7 +440,7 @@ class TestExpiryAndCancel:
     def test_cancel_races_running_workers(self, history: History, pages, max_attempts: int) -> None:
         """Cancels sent while workers run: every cancelled retrieval stays cancelled."""
         ids = submit(history, [pages(slow_seconds=1) for _ in range(6)])
-        time.sleep(0.5)
+        time.sleep(scaled(0.5))
         for rid in ids[::2]:
             history.cancel(rid)
         rows = {str(r.id): r for r in history.check(max_attempts)}
@@ -460,7 +461,7 @@ class TestBeatDown:
         (rid,) = submit(history, [pages(slow_seconds=3)])
         wait_running(history, rid)
         signal_children(services, signal.SIGKILL)
-        time.sleep(11)  # past the lease: nothing rescues it without beat
+        time.sleep(scaled(11))  # past the lease (scaled too): nothing rescues it without beat
         assert state_of(history, rid) == "running"
         checks = history.api.client.get("/readyz").json()["checks"]
         assert checks["oldest_age_seconds"]["running"] >= 10

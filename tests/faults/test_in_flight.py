@@ -23,6 +23,7 @@ from tests.faults.history import History
 from tests.faults.test_faults import submit
 from tests.support.pages import article, slow
 from tests.support.services import Process, wait_for
+from tests.support.slowdown import scaled
 from tests.support.tls_site import TLSSite
 
 ORIGINS = 8
@@ -218,7 +219,7 @@ class TestManyInFlight:
             response = history.cancel(rid)
             assert response is not None and response.status_code == 200
             assert response.json()["retrieval"]["state"] == "cancelled"
-        time.sleep(3)  # the cancelled ones finish fetching and try to settle
+        time.sleep(scaled(3))  # the cancelled ones finish fetching and try to settle
         rows = {str(r.id): r for r in history.check(max_attempts)}
         for rid in cancelled:
             assert rows[rid].state == "cancelled" and rows[rid].evidence_id is None

@@ -11,6 +11,7 @@ from typing import Any
 from tests.conftest import Env, Services
 from tests.support.factories import Api, make_key, parked
 from tests.support.services import wait_for
+from tests.support.slowdown import scaled
 from tests.support.tls_site import Page
 from tests.support.webhook_receiver import Inbox
 from tests.webhooks.support import Hooks
@@ -64,7 +65,7 @@ class TestWebhookFaults:
         gate = threading.Event()
 
         def held(_: BaseHTTPRequestHandler) -> Page:
-            gate.wait(30)
+            gate.wait(scaled(30))
             return Page(b"", "", 204)
 
         inbox.plan = held

@@ -10,6 +10,9 @@ from tests.conftest import Services
 from tests.support.procfs import children, command_line
 from tests.support.services import Process, wait_for
 
+#: A queue nobody else publishes to: this test's worker takes no other test's work.
+IDLE_QUEUE = "idle-priority-test"
+
 
 def policies(pid: int) -> set[int]:
     """The scheduling policies of every thread of `pid`."""
@@ -22,15 +25,29 @@ def policies(pid: int) -> set[int]:
     return found
 
 
+def threads(pid: int) -> set[int]:
+    """The thread ids of `pid`."""
+    return {int(tid) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def run_a_task(queue: str) -> str:
+    """Send Celery's built-in `celery.accumulate` (it returns its argument) to `queue`, on a
+    connection of its own (a test that restarted Redis leaves pooled ones dead); its id."""
+    from worker.jobs.celery_app import app
+
+    with app.connection_for_write() as connection:
+        result = app.send_task("celery.accumulate", args=(1,), queue=queue, connection=connection)
+    return str(result.id)
+
+
 def test_idle_worker_runs_every_process_and_thread_at_idle_priority(
     services: Services, tmp_path: Path
 ) -> None:
-    # A queue nobody publishes to: this worker takes no other test's work.
     worker = Process(
         [
             "worker",
             "--queues",
-            "idle-priority-test",
+            IDLE_QUEUE,
             "--idle",
             "--concurrency",
             "4",
@@ -50,11 +67,14 @@ def test_idle_worker_runs_every_process_and_thread_at_idle_priority(
         assert isinstance(server, list)
         extraction = wait_for(lambda: children(server[0]), timeout=60)
         assert isinstance(extraction, list) and extraction, worker.log()
-        # Celery's consumer and pool threads exist once it is ready.
         wait_for(lambda: "@" in worker.log() and ' ready."' in worker.log(), timeout=60)
         assert "idle_priority_refused" not in worker.log()
-        # Its threads, all checked below; on a busy machine some start after the banner.
-        wait_for(lambda: len(os.listdir(f"/proc/{process}/task")) > 4, timeout=60)
+        # The pool starts a thread only for work (an idle worker holds none): one task gives
+        # it one, started well after the priority was set, and checked with the rest below.
+        before = threads(process)
+        task_id = run_a_task(IDLE_QUEUE)
+        wait_for(lambda: f"{task_id}] succeeded" in worker.log(), timeout=60)
+        assert threads(process) - before, worker.log()
         for pid in [worker.pid, process, server[0], *extraction]:
             assert policies(pid) == {os.SCHED_IDLE}, (pid, command_line(pid))
         # The services' own worker was started without it: normal policy.

@@ -75,7 +75,8 @@ def api_url(env: Env, slow_origin: TLSSite) -> Iterator[str]:
         # Retrievals keep a long deadline: image bytes must not be bounded by it.
         "EVIDENCE_FETCH_TOTAL_TIMEOUT_SECONDS": "30",
     }
-    with served_api(env.tmp / "api-image-bounds.log", settings) as url:
+    # The per-key bound is each process's own: one process, so every call meets the same one.
+    with served_api(env.tmp / "api-image-bounds.log", settings, workers=1) as url:
         yield url
 
 

@@ -75,10 +75,17 @@ def serve(
 
 @contextmanager
 def served_api(
-    log: Path, env: dict[str, str] | None = None, nofile: int | None = None
+    log: Path,
+    env: dict[str, str] | None = None,
+    nofile: int | None = None,
+    workers: int | None = None,
 ) -> Iterator[str]:
-    """`evidence api` on a free loopback port; yield its base URL once /healthz answers."""
-    with serve(["api", "--host", "127.0.0.1"], log, env, nofile) as (port, _):
+    """`evidence api` on a free loopback port; yield its base URL once /healthz answers.
+
+    `workers` is its process count (default: the service's, one per CPU); a test of a limit
+    each process keeps for itself serves one."""
+    args = ["api", "--host", "127.0.0.1"] + ([] if workers is None else ["--workers", str(workers)])
+    with serve(args, log, env, nofile) as (port, _):
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: _up(url), timeout=60, interval=0.2)
         yield url

@@ -1,0 +1,481 @@
+"""Overload: one workspace's pollers that ignore Retry-After, and its read flood, against a
+second workspace's retrievals (issue 37), for two process sets side by side.
+
+The process sets: `make-run` (the processes as deploy/Procfile starts them: its api, worker,
+sweeper and beat lines, read from the file; Flower left out) and `cli-defaults` (bare
+`evidence api` and `evidence worker`, no tuning flags, and beat). For each set, on a fresh
+database, Redis and processes (`bench.load.serve`, write quotas lifted so that nothing is
+refused for A's rate), two stacks in turn:
+
+1. warm-up (`--warm-up` retrievals in workspace A, later the flood's targets), then
+   * B idle: workspace B (its own key) POSTs one retrieval every `--b-every` s for `--b-idle`
+     s and polls each every `--b-poll-gap` s until it settles: B's idle settle time and GETs;
+   * flood: A GETs its settled retrievals open-loop at `--flood-rate` for `--flood-duration` s
+     (`--client-processes` processes, `--flood-connections` connections), B as above;
+   * unloaded: A POSTs at `--rate` for `--duration` s and does not poll; B as above;
+2. warm-up, then loaded: A POSTs at `--rate` for `--duration` s and polls every open retrieval
+   again as soon as each answer arrives, ignoring Retry-After, on `--poll-connections`
+   connections of its own; B as above.
+
+Settled/s is A's retrievals created and settled within the POST phase (the database's clocks)
+over its length; the phase ends there (the backlog is not drained). B's settle time is
+`settled_at - created_at`. The load clients are `python -m bench.load client` processes
+(bench.lean_http, open-loop: each request leaves at its own time). It prints, per set: POST
+and GET p50/p99 per workspace and phase, 429s by route, settled/s loaded vs unloaded, B's
+settle time vs idle, the CPU of the machine and the service, the issue's targets; then one
+JSON line.
+
+Run: python -m bench.overload            (about 5 minutes: --duration 20 --flood-duration 10)
+Full size (the issue's): python -m bench.overload --duration 30 --flood-duration 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.load import (  # noqa: E402
+    GET,
+    POST,
+    CpuMeter,
+    Served,
+    _postmaster,
+    _stop_on_sigterm,
+    _warm_up,
+    percentile,
+    procfile_command,
+    serve,
+    summarize,
+)
+
+SETS = ("make-run", "cli-defaults")
+CPU_COLUMNS = ("machine", "api", "worker", "postgres", "redis", "clients", "others")
+# The issue's targets (to be met after service changes; today's figures are the baseline).
+TARGET_POST_P99_MS = 50.0
+TARGET_B_GET_P99_MS = 100.0
+TARGET_SETTLED_RATIO = 0.7
+TARGET_FLOOD_B_RATIO = 2.0
+
+
+def _without(words: list[str], *options: str) -> list[str]:
+    """`words` less each of `options` and the value after it."""
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in options:
+            skip = True
+        else:
+            out.append(word)
+    return out
+
+
+def commands(process_set: str, tmp: Path) -> dict[str, list[str]]:
+    """The `evidence` arguments of each process of `process_set` (the API's port is added)."""
+    beat = ["beat", "--schedule", str(tmp / "beat")]
+    if process_set == "cli-defaults":
+        return {"api": ["api"], "worker": ["worker"], "beat": beat}
+    return {
+        "api": _without(procfile_command("api"), "--host", "--port"),
+        "worker": procfile_command("worker"),
+        "sweeper": procfile_command("sweeper"),
+        "beat": _without(procfile_command("beat"), "--schedule") + beat[1:],
+    }
+
+
+@dataclass
+class Client:
+    """One load client: `python -m bench.load client` with these options."""
+
+    name: str  # "A" or "B"
+    key: str
+    workspace: str
+    rate: float
+    duration: float
+    stop_after: float
+    options: list[str] = field(default_factory=list)
+    processes: int = 1
+    connections: int = 2
+
+
+def run_clients(served: Served, clients: list[Client], tag: str) -> dict[str, Any]:
+    """Start `clients` together (their first request 3 s from now); wait for them; their merged
+    records by name, the epoch of the first request and the CPU split of the phase."""
+    start_at = time.time() + 3
+    procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+    try:
+        for client in clients:
+            for n in range(client.processes):
+                out = served.tmp / f"{tag}-{client.name}-{n}.json"
+                command = [
+                    sys.executable, "-m", "bench.load", "client", "--api", served.api,
+                    "--key", client.key, "--workspace", client.workspace, "--url", served.url,
+                    "--rate", str(client.rate), "--duration", str(client.duration),
+                    "--stop-after", str(client.stop_after),
+                    "--settle-timeout", str(client.stop_after),
+                    "--connections", str(client.connections),
+                    "--process-index", str(n), "--process-count", str(client.processes),
+                    "--start-at", str(start_at), "--out", str(out), *client.options,
+                ]  # fmt: skip
+                proc = subprocess.Popen(command, cwd=ROOT, start_new_session=True)
+                procs.append((client.name, proc, out))
+        pids = {name: proc.pid for name, proc in served.procs.items()}
+        if served.redis_pid:
+            pids["redis"] = served.redis_pid
+        if postmaster := _postmaster():
+            pids["postgres"] = postmaster
+        meter = CpuMeter(pids)
+        time.sleep(max(0.0, start_at - time.time()))
+        meter.mark()
+        window = max(c.duration for c in clients if c.name == "A" or len(clients) == 1)
+        time.sleep(max(0.0, start_at + window - time.time()))
+        meter.mark()
+        for _, proc, _ in procs:
+            if proc.wait(timeout=600) != 0:
+                raise RuntimeError(f"a load client failed (exit {proc.returncode})")
+    finally:
+        for _, proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    parts: dict[str, list[dict[str, Any]]] = {}
+    for name, _, out in procs:
+        parts.setdefault(name, []).append(json.loads(out.read_text()))
+    cpu = meter.between(0, 1)
+    summaries = {name: summarize(p) for name, p in parts.items()}
+    cpu_pct = {k: v["pct"] for k, v in cpu.items() if k != "wall_s"}
+    # "rest" is the load clients and whatever else ran: the machine is shared, and a phase in
+    # which others took a core measured less than this service can do.
+    cpu_pct["clients"] = round(
+        sum(s["client"]["send_phase_cpu_pct_total"] for s in summaries.values()), 1
+    )
+    cpu_pct["others"] = round(cpu_pct["rest"] - cpu_pct["clients"], 1)
+    return {"start_at": start_at, "window_s": window, **summaries, "cpu_pct": cpu_pct}
+
+
+def _query(db_url: str, sql: str, **params: Any) -> list[Any]:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(sa.text(sql), params).all())
+    finally:
+        engine.dispose()
+
+
+def settled_per_s(db_url: str, workspace: str, since: float, seconds: float) -> float:
+    """Retrievals of `workspace` created and settled within `seconds` from `since`, per s."""
+    ((n,),) = _query(
+        db_url,
+        "SELECT count(*) FROM retrieval WHERE workspace_id = :w"
+        " AND created_at >= to_timestamp(:a) AND settled_at <= to_timestamp(:b)",
+        w=workspace,
+        a=since,
+        b=since + seconds,
+    )
+    return round(int(n) / seconds, 1)
+
+
+def settle_times(db_url: str, workspace: str, since: float, seconds: float) -> dict[str, Any]:
+    """`settled_at - created_at` of `workspace`'s retrievals created within the window: p50,
+    max, count; and how many had not settled when asked."""
+    rows = _query(
+        db_url,
+        "SELECT extract(epoch FROM settled_at - created_at) FROM retrieval"
+        " WHERE workspace_id = :w AND created_at >= to_timestamp(:a)"
+        " AND created_at < to_timestamp(:b)",
+        w=workspace,
+        a=since,
+        b=since + seconds,
+    )
+    times = [float(s) for (s,) in rows if s is not None]
+    return {
+        "n": len(times),
+        "p50_s": round(percentile(times, 50), 3),
+        "max_s": round(max(times, default=0.0), 3),
+        "unsettled": len(rows) - len(times),
+    }
+
+
+def _routes(summary: dict[str, Any]) -> dict[str, Any]:
+    """p50/p99 per route, requests per s, 429s by route, and what the client left undone."""
+    out: dict[str, Any] = {}
+    for route, key in ((POST, "post"), (GET, "get")):
+        row = summary["routes"][route]
+        if row["count"]:
+            out[key] = {"n": row["count"], "p50_ms": row["p50_ms"], "p99_ms": row["p99_ms"]}
+    out["http_429"] = {
+        route: n for route in (POST, GET) if (n := summary["errors"].get(f"{route}: HTTP 429"))
+    }
+    out["errors"] = summary["errors"]
+    out["abandoned"] = summary["abandoned"]
+    out["send_lag_p99_ms"] = summary["client"]["send_lag_ms"]["p99"]
+    return out
+
+
+def measure_set(process_set: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Both stacks of one process set (see the module's docstring)."""
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    tmp = Path(tempfile.mkdtemp(prefix=f"evidence-overload-{process_set}-"))
+    result: dict[str, Any] = {"commands": commands(process_set, tmp)}
+    b_gap = ["--poll-mode", "ignore", "--poll-gap", str(args.b_poll_gap)]
+
+    def b_client(key: str, seconds: float) -> Client:
+        return Client("B", key, b, 1 / args.b_every, seconds, seconds + args.b_grace, b_gap)
+
+    def a_clients(key: str, seconds: float, stop_after: float, options: list[str]) -> Client:
+        return Client(
+            "A", key, a, args.rate, seconds, stop_after, options, args.client_processes,
+            max(1, args.connections // args.client_processes),
+        )  # fmt: skip
+
+    try:
+        with serve(tmp, commands(process_set, tmp), args.log_level, args.site_nice) as served:
+            key_a, key_b = served.create_key(a), served.create_key(b)
+            _warm_up(served.api, key_a, a, served.url, args.warm_up)
+            ids = [str(i) for (i,) in _query(served.db_url, _IDS, w=a)]
+            (tmp / "ids.txt").write_text("\n".join(ids))
+            print(f"{process_set}: B idle", file=sys.stderr)
+            idle = run_clients(served, [b_client(key_b, args.b_idle)], "idle")
+            b_idle = settle_times(served.db_url, b, idle["start_at"], args.b_idle)
+            result["idle"] = {"B": _routes(idle["B"]) | {"settle": b_idle}}
+            print(f"{process_set}: flood {args.flood_rate:g} GET/s", file=sys.stderr)
+            flood_a = Client(
+                "A", key_a, a, args.flood_rate, args.flood_duration, args.flood_duration + 2,
+                ["--get-ids", str(tmp / "ids.txt")], args.client_processes,
+                max(1, args.flood_connections // args.client_processes),
+            )  # fmt: skip
+            flood = run_clients(served, [flood_a, b_client(key_b, args.flood_duration)], "flood")
+            b_flood = settle_times(served.db_url, b, flood["start_at"], args.flood_duration)
+            result["flood"] = {
+                "A": _routes(flood["A"]),
+                "A_get_per_s": round(flood["A"]["routes"][GET]["count"] / args.flood_duration),
+                "B": _routes(flood["B"]) | {"settle": b_flood},
+                "B_settle_ratio": _ratio(b_flood["p50_s"], b_idle["p50_s"]),
+                "cpu_pct": flood["cpu_pct"],
+            }
+            print(f"{process_set}: unloaded {args.rate:g} POST/s, no polls", file=sys.stderr)
+            none = ["--poll-mode", "none"]
+            unloaded = run_clients(
+                served,
+                [a_clients(key_a, args.duration, args.duration + 5, none),
+                 b_client(key_b, args.duration)],
+                "unloaded",
+            )  # fmt: skip
+            result["unloaded"] = _phase(served, unloaded, a, b, b_idle)
+        with serve(tmp, commands(process_set, tmp), args.log_level, args.site_nice) as served:
+            key_a, key_b = served.create_key(a), served.create_key(b)
+            _warm_up(served.api, key_a, a, served.url, args.warm_up)
+            print(f"{process_set}: loaded, pollers ignoring Retry-After", file=sys.stderr)
+            ignore = ["--poll-mode", "ignore", "--poll-gap", str(args.poll_gap)]
+            ignore += ["--poll-connections", str(args.poll_connections // args.client_processes)]
+            loaded = run_clients(
+                served,
+                [a_clients(key_a, args.duration, args.duration, ignore),
+                 b_client(key_b, args.duration)],
+                "loaded",
+            )  # fmt: skip
+            result["loaded"] = _phase(served, loaded, a, b, b_idle)
+    finally:
+        if args.keep:
+            print(f"logs and client records kept in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    result["settled_ratio"] = _ratio(
+        result["loaded"]["A_settled_per_s"], result["unloaded"]["A_settled_per_s"]
+    )
+    return result
+
+
+_IDS = "SELECT id FROM retrieval WHERE workspace_id = :w AND settled_at IS NOT NULL"
+
+
+def _ratio(x: float, y: float) -> float | None:
+    return round(x / y, 2) if y else None
+
+
+def _phase(
+    served: Served, got: dict[str, Any], a: str, b: str, b_idle: dict[str, Any]
+) -> dict[str, Any]:
+    """A POST phase's figures: A's and B's routes, settled/s, B's settle time vs idle."""
+    since, window = got["start_at"], got["window_s"]
+    b_settle = settle_times(served.db_url, b, since, window)
+    return {
+        "A": _routes(got["A"]),
+        "A_get_per_s": round(got["A"]["routes"][GET]["count"] / window),
+        "A_settled_per_s": settled_per_s(served.db_url, a, since, window),
+        "B": _routes(got["B"]) | {"settle": b_settle},
+        "B_settle_ratio": _ratio(b_settle["p50_s"], b_idle["p50_s"]),
+        "cpu_pct": got["cpu_pct"],
+    }
+
+
+def targets(r: dict[str, Any]) -> dict[str, bool]:
+    """The issue's targets, for one process set."""
+    loaded, flood = r["loaded"], r["flood"]
+    return {
+        "post_p99_lt_50ms": loaded["A"].get("post", {}).get("p99_ms", 1e9) < TARGET_POST_P99_MS,
+        "b_get_p99_lt_100ms": loaded["B"].get("get", {}).get("p99_ms", 1e9) < TARGET_B_GET_P99_MS,
+        "settled_ge_70pct": (r["settled_ratio"] or 0) >= TARGET_SETTLED_RATIO,
+        "flood_b_within_2x_idle": (flood["B_settle_ratio"] or 1e9) <= TARGET_FLOOD_B_RATIO
+        and not flood["B"]["settle"]["unsettled"],
+    }
+
+
+def show(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def lat(row: dict[str, Any], key: str) -> str:
+        got = row.get(key)
+        return f"{got['p50_ms']} / {got['p99_ms']}" if got else "-"
+
+    def settle(row: dict[str, Any], ratio: float | None = None) -> str:
+        s = row["settle"]
+        text = f"{s['p50_s']} s (max {s['max_s']}, n {s['n']}"
+        text += f", {s['unsettled']} unsettled)" if s["unsettled"] else ")"
+        return text + (f" x{ratio}" if ratio is not None else "")
+
+    rows: list[tuple[str, ...]] = []
+    for phase in ("unloaded", "loaded"):
+        rows.append((f"{phase}: A POST p50 / p99 ms", *(lat(r[phase]["A"], "post") for r in
+                     results.values())))  # fmt: skip
+        rows.append((f"{phase}: A GET p50 / p99 ms (GET/s)", *(
+            f"{lat(r[phase]['A'], 'get')} ({r[phase]['A_get_per_s']})" for r in results.values()
+        )))  # fmt: skip
+        rows.append((f"{phase}: B POST, GET p50 / p99 ms", *(
+            f"{lat(r[phase]['B'], 'post')}, {lat(r[phase]['B'], 'get')}"
+            for r in results.values()
+        )))  # fmt: skip
+        rows.append((f"{phase}: B settle p50 (x idle)", *(
+            settle(r[phase]["B"], r[phase]["B_settle_ratio"]) for r in results.values()
+        )))  # fmt: skip
+        rows.append((f"{phase}: A settled/s", *(
+            str(r[phase]["A_settled_per_s"]) for r in results.values()
+        )))  # fmt: skip
+        rows.append((f"{phase}: 429s by route (A; B)", *(
+            f"{r[phase]['A']['http_429'] or 0}; {r[phase]['B']['http_429'] or 0}"
+            for r in results.values()
+        )))  # fmt: skip
+    rows.append(("settled/s loaded / unloaded", *(str(r["settled_ratio"]) for r in
+                 results.values())))  # fmt: skip
+    rows.append(("idle: B GET p50 / p99 ms", *(lat(r["idle"]["B"], "get") for r in
+                 results.values())))  # fmt: skip
+    rows.append(("idle: B settle p50", *(settle(r["idle"]["B"]) for r in results.values())))
+    rows.append((f"flood: A GET/s answered (of {args.flood_rate:g})", *(
+        f"{r['flood']['A_get_per_s']} ({r['flood']['A']['abandoned']} abandoned)"
+        for r in results.values()
+    )))  # fmt: skip
+    rows.append(("flood: A GET p50 / p99 ms", *(lat(r["flood"]["A"], "get") for r in
+                 results.values())))  # fmt: skip
+    rows.append(("flood: B POST, GET p50 / p99 ms", *(
+        f"{lat(r['flood']['B'], 'post')}, {lat(r['flood']['B'], 'get')}"
+        for r in results.values()
+    )))  # fmt: skip
+    rows.append(("flood: B settle p50 (x idle)", *(
+        settle(r["flood"]["B"], r["flood"]["B_settle_ratio"]) for r in results.values()
+    )))  # fmt: skip
+    rows.append(("flood: 429s by route (A; B)", *(
+        f"{r['flood']['A']['http_429'] or 0}; {r['flood']['B']['http_429'] or 0}"
+        for r in results.values()
+    )))  # fmt: skip
+    for phase in ("flood", "unloaded", "loaded"):
+        rows.append((f"{phase}: CPU % machine / api / worker / pg / redis / clients / others", *(
+            " / ".join(str(r[phase]["cpu_pct"].get(k, "-")) for k in CPU_COLUMNS)
+            for r in results.values()
+        )))  # fmt: skip
+    rows.append(("client send lag p99 ms (A loaded, A flood)", *(
+        f"{r['loaded']['A']['send_lag_p99_ms']}, {r['flood']['A']['send_lag_p99_ms']}"
+        for r in results.values()
+    )))  # fmt: skip
+    rows.append(("targets met", *(
+        ", ".join(k for k, ok in r["targets"].items() if ok) or "none" for r in results.values()
+    )))  # fmt: skip
+    table = Table(
+        title=f"A: {args.rate:g} POST/s for {args.duration:g} s; pollers ignoring Retry-After on "
+        f"{args.poll_connections} connections; flood {args.flood_rate:g} GET/s for "
+        f"{args.flood_duration:g} s. B: one retrieval every {args.b_every:g} s, polled every "
+        f"{args.b_poll_gap:g} s"
+    )
+    table.add_column("")
+    for name in results:
+        table.add_column(name)
+    for row in rows:
+        table.add_row(*row)
+    console = Console(stderr=True, width=160)
+    console.print(table)
+    for name, r in results.items():
+        lag = max(r["loaded"]["A"]["send_lag_p99_ms"], r["flood"]["A"]["send_lag_p99_ms"])
+        others = max(r[phase]["cpu_pct"]["others"] for phase in ("flood", "unloaded", "loaded"))
+        if others > 25:
+            console.print(
+                f"{name}: other processes on the machine took up to {others} % of a core in a"
+                f" phase (load average {r['loadavg_before_after']} before/after): its figures are"
+                " lower than this service alone gives",
+                markup=False,
+            )
+        if lag > 20:
+            console.print(
+                f"{name}: A's load clients lagged their schedule (send lag p99 {lag} ms): the"
+                " machine was saturated, and their rates and latencies include their own queueing",
+                markup=False,
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sets", default=",".join(SETS), help=f"some of {', '.join(SETS)}")
+    parser.add_argument("--rate", type=float, default=200, help="A's POST/s")
+    parser.add_argument("--duration", type=float, default=20, help="A's POST phase (s)")
+    parser.add_argument("--poll-connections", type=int, default=256, help="A's pollers'")
+    parser.add_argument("--poll-gap", type=float, default=0.0, help="A's pollers' wait (s)")
+    parser.add_argument("--connections", type=int, default=128, help="A's POST connections")
+    parser.add_argument("--flood-rate", type=float, default=1000, help="A's GET/s in the flood")
+    parser.add_argument("--flood-duration", type=float, default=10)
+    parser.add_argument("--flood-connections", type=int, default=256)
+    parser.add_argument("--b-every", type=float, default=1.0, help="s between B's POSTs")
+    parser.add_argument("--b-poll-gap", type=float, default=0.25, help="s between B's polls")
+    parser.add_argument("--b-idle", type=float, default=10, help="B alone (s)")
+    parser.add_argument(
+        "--b-grace", type=float, default=30, help="B polls this long past a phase at most (s)"
+    )
+    parser.add_argument("--client-processes", type=int, default=2, help="A's load clients")
+    parser.add_argument("--warm-up", type=int, default=40, help="A's retrievals beforehand")
+    parser.add_argument("--site-nice", type=int, default=10, help="the page server's nice")
+    parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--keep", action="store_true", help="keep the logs and client records")
+    args = parser.parse_args()
+    _stop_on_sigterm()
+    started = time.time()
+    results = {}
+    for process_set in args.sets.split(","):
+        if process_set not in SETS:
+            parser.error(f"unknown process set {process_set!r}")
+        load_before = os.getloadavg()
+        results[process_set] = measure_set(process_set, args)
+        results[process_set]["loadavg_before_after"] = [
+            round(load_before[0], 2),
+            round(os.getloadavg()[0], 2),
+        ]
+        results[process_set]["targets"] = targets(results[process_set])
+    show(results, args)
+    options = {k: v for k, v in vars(args).items() if k not in ("keep", "log_level")}
+    print(json.dumps({**options, "wall_s": round(time.time() - started), "sets": results}))
+
+
+if __name__ == "__main__":
+    main()

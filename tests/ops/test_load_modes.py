@@ -1,0 +1,178 @@
+"""The load client's poll modes (`bench.load client`), against a stand-in API on loopback: what
+each mode sends, which pool its polls use, and what a read flood and a stop time leave."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.load import GET, POST, _client
+from bench.overload import _routes, _without, commands
+
+SETTLES_AFTER = 3  # GETs of a retrieval before it is `completed` (ids "never-…" never are)
+
+
+class _Api(BaseHTTPRequestHandler):
+    """POST retrieve: a pending retrieval, Retry-After 5; GET: pending until its third GET."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _send(self, status: int, body: dict[str, Any], retry_after: str | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        if retry_after:
+            self.send_header("Retry-After", retry_after)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        server: Any = self.server
+        with server.lock:
+            server.post_connections.add(self.client_address)
+            server.posts += 1
+            rid = f"{server.prefix}{server.posts}"
+        self._send(202, {"retrieval": {"id": rid, "state": "pending"}}, "5")
+
+    def do_GET(self) -> None:
+        server: Any = self.server
+        rid = self.path.rsplit("/", 1)[1]
+        with server.lock:
+            if self.path == "/healthz":
+                server.fills.add(self.client_address)
+            else:
+                server.gets[rid] = server.gets.get(rid, 0) + 1
+                server.get_connections.add(self.client_address)
+            seen = server.gets.get(rid, 0)
+        if rid == "limited":
+            self._send(429, {"error": "rate_limited"}, "1")
+            return
+        done = seen >= SETTLES_AFTER and not rid.startswith("never")
+        self._send(200, {"retrieval": {"id": rid, "state": "completed" if done else "pending"}})
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def api() -> Iterator[Any]:
+    httpd: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    httpd.daemon_threads = True
+    httpd.lock = threading.Lock()
+    httpd.posts, httpd.prefix, httpd.gets = 0, "r", {}
+    httpd.fills, httpd.get_connections, httpd.post_connections = set(), set(), set()
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _args(api: Any, **options: Any) -> argparse.Namespace:
+    defaults: dict[str, Any] = {
+        "api": f"http://127.0.0.1:{api.server_address[1]}",
+        "key": "k",
+        "workspace": "w",
+        "url": "https://example.test/",
+        "rate": 50.0,
+        "duration": 0.1,  # 5 slots
+        "poll_interval": 1.0,
+        "settle_timeout": 3.0,
+        "connections": 2,
+        "poll_connections": 0,
+        "poll_mode": "honour",
+        "poll_gap": 0.0,
+        "honor_retry_after": True,
+        "stop_after": 0.0,
+        "get_ids": "",
+        "process_index": 0,
+        "process_count": 1,
+        "start_at": 0.0,
+    }
+    return argparse.Namespace(**(defaults | options))
+
+
+def test_ignore_polls_again_at_once_and_honour_waits(api: Any) -> None:
+    ignored = asyncio.run(_client(_args(api, poll_mode="ignore")))
+    assert len(ignored["settle_s"]) == 5 and ignored["unsettled"] == 0
+    assert ignored["retry_after"] == []
+    assert sorted(api.gets.values()) == [SETTLES_AFTER] * 5
+    api.gets.clear()
+    # Honouring Retry-After (5 s) past the 3 s settle timeout: not one poll is sent.
+    honoured = asyncio.run(_client(_args(api)))
+    assert honoured["unsettled"] == 5 and honoured["settle_s"] == []
+    assert honoured["retry_after"] == [5.0] * 5 and api.gets == {}
+
+
+def test_none_posts_only(api: Any) -> None:
+    got = asyncio.run(_client(_args(api, poll_mode="none")))
+    assert api.posts == 5 and api.gets == {}
+    assert len(got["requests"][POST]) == 5 and got["requests"][GET] == []
+
+
+def test_polls_use_a_pool_of_their_own(api: Any) -> None:
+    asyncio.run(_client(_args(api, poll_mode="ignore", connections=1, poll_connections=3)))
+    assert len(api.fills) == 4  # one POST connection and three for the polls, all opened first
+    assert len(api.post_connections) == 1 and api.get_connections
+    assert api.get_connections <= api.fills and api.get_connections.isdisjoint(api.post_connections)
+
+
+def test_a_flood_gets_the_ids_round_robin_and_counts_429s(api: Any, tmp_path: Path) -> None:
+    ids = tmp_path / "ids.txt"
+    ids.write_text("a\nb\nlimited\n")
+    got = asyncio.run(_client(_args(api, rate=60.0, duration=0.1, get_ids=str(ids))))
+    assert api.posts == 0 and api.gets == {"a": 2, "b": 2, "limited": 2}
+    assert len(got["requests"][GET]) == 6
+    assert got["errors"] == {f"{GET}: HTTP 429": 2}
+
+
+def test_stop_after_abandons_what_is_still_open(api: Any) -> None:
+    api.prefix = "never-"
+    got = asyncio.run(_client(_args(api, poll_mode="ignore", poll_gap=0.01, stop_after=0.5)))
+    assert got["abandoned"] == 5 and got["settle_s"] == [] and got["unsettled"] == 0
+    assert all(n > 1 for n in api.gets.values())
+
+
+def test_routes_counts_429s_by_route() -> None:
+    summary = {
+        "routes": {
+            POST: {"count": 2, "p50_ms": 1.0, "p99_ms": 2.0},
+            GET: {"count": 0, "p50_ms": 0, "p99_ms": 0},
+        },
+        "errors": {f"{POST}: HTTP 429": 3, f"{GET}: no answer": 1},
+        "abandoned": 0,
+        "client": {"send_lag_ms": {"p99": 0.5}},
+    }
+    got = _routes(summary)
+    assert got["http_429"] == {POST: 3}
+    assert "get" not in got and got["post"]["n"] == 2
+
+
+def test_the_make_run_set_is_the_procfile_less_its_addresses(tmp_path: Path) -> None:
+    assert _without(
+        ["api", "--host", "h", "--port", "1", "--workers", "2"], "--host", "--port"
+    ) == [
+        "api",
+        "--workers",
+        "2",
+    ]
+    made = commands("make-run", tmp_path)
+    procfile = (Path(__file__).parents[2] / "deploy" / "Procfile").read_text()
+    worker_line = next(line for line in procfile.splitlines() if line.startswith("worker:"))
+    assert worker_line.split(":", 1)[1].split() == ["evidence", *made["worker"]]
+    assert "--port" not in made["api"] and "--host" not in made["api"]
+    assert made["beat"] == ["beat", "--schedule", str(tmp_path / "beat")]
+    assert commands("cli-defaults", tmp_path) == {
+        "api": ["api"],
+        "worker": ["worker"],
+        "beat": ["beat", "--schedule", str(tmp_path / "beat")],
+    }
