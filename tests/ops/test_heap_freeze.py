@@ -1,5 +1,5 @@
 """A threads-pool worker freezes its startup heap once Celery is ready, so full collections no
-longer walk it (the API's freeze at start: tests/api/test_warm_up.py)."""
+longer walk it (the API's freeze at start: tests/api/services/test_warm_up.py)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from worker.fetch.types import FetchedResponse, FetchFailure
 from worker.platform.settings import Settings
 from worker.retrieval.pipeline import run_pipeline
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 PAGES = FIXTURES / "pages"
 CAPTIONS = FIXTURES / "captions"
 NOW = datetime(2024, 5, 1, 12, 0, 0, 123_000, tzinfo=UTC)

@@ -18,7 +18,7 @@ from worker.content.webvtt_spec import (
 )
 from worker.domain.reasons import Reason
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captions"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "captions"
 CUE = "00:01.000 --> 00:02.000\nhi\n"
 HI = [(1000, 2000, "hi")]
 INVALID = Reason.INVALID_CAPTIONS

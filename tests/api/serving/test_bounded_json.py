@@ -17,7 +17,7 @@ from api.serving import bounded_bodies
 from api.serving.bounded_bodies import BATCH, BRIEF, ROUTES, api_rule
 from api.serving.bounded_json import NOT_JSON, Bounds, Refused, check, field_name, parse
 from api.serving.header_values import decimal
-from tests.api.test_body_limit import MAX_SAFE_INTEGER, largest_brief
+from tests.api.serving.test_body_limit import MAX_SAFE_INTEGER, largest_brief
 from worker.domain.safe_text import first_refused, storable
 
 TIGHT = Bounds(max_bytes=1000, max_values=10, max_depth=3, max_keys=3, max_string_chars=5)

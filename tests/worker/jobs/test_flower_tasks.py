@@ -20,7 +20,7 @@ from tests.support.factories import parked
 from tests.support.pages import article
 from tests.support.services import wait_for
 from tests.support.tls_site import TLSSite
-from tests.worker.test_spare_tokens import queues  # noqa: F401  (the fixture)
+from tests.worker.jobs.test_spare_tokens import queues  # noqa: F401  (the fixture)
 from worker.jobs import flower_tasks, tasks
 from worker.jobs.celery_app import BATCH_QUEUE, RETRIEVE_NEXT_TASK, app
 from worker.retrieval.outcomes import task_outcome

@@ -25,7 +25,7 @@ from worker.domain.reasons import Reason
 from worker.fetch.fetcher import Fetcher
 from worker.retrieval.pipeline import run_pipeline
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captions"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "captions"
 STYLED = """WEBVTT
 Kind: captions
 Language: en-GB

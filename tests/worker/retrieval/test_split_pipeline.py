@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.tls_site import TLSSite
-from tests.worker.test_pipeline import SpyFetcher, _serve, _settings
+from tests.worker.retrieval.test_pipeline import SpyFetcher, _serve, _settings
 from worker.domain.reasons import Reason
 from worker.fetch.fetcher import Fetcher
 from worker.fetch.types import FetchFailure
