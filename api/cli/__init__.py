@@ -1,5 +1,6 @@
 """The `evidence` command: run the processes, migrate, manage keys, quotas and webhooks, enqueue.
 
-`main` is the typer app and its commands; `key_admin` reads `evidence keys`' durations and
-renders keys; `webhooks` is `evidence webhooks`. The top layer of `api`: it may import all of it.
+`main` is the typer app with the process commands and `enqueue`; `keys` (with `key_admin`, what
+its flags read and how keys are shown), `quotas` and `webhooks` are its sub-commands; `common`
+what they share. The top layer of `api`: it may import all of it.
 """

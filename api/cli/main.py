@@ -1,4 +1,5 @@
-"""The `evidence` command: migrate, run the processes, manage keys, enqueue batches."""
+"""The `evidence` command: migrate, run the processes, enqueue batches; `keys`, `quotas` and
+`webhooks` are sub-commands of their own modules."""
 
 from __future__ import annotations
 
@@ -8,22 +9,19 @@ import shutil
 import signal
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import structlog
 import typer
 
+from api.cli import keys, quotas
 from api.cli import webhooks as webhook_cli
+from api.cli.common import database_errors
 from worker.platform.settings import flower_logins, get_settings
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
-
-    from api.auth import NewKey
+    pass
 
 T = TypeVar("T")
 
@@ -36,12 +34,8 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
-keys_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
-app.add_typer(keys_app, name="keys")
-quotas_app = typer.Typer(
-    help="Per-workspace quotas (defaults: EVIDENCE_QUOTA_*).", no_args_is_help=True
-)
-app.add_typer(quotas_app, name="quotas")
+app.add_typer(keys.app, name="keys")
+app.add_typer(quotas.app, name="quotas")
 app.add_typer(webhook_cli.app, name="webhooks")
 
 
@@ -60,27 +54,13 @@ def _interruptible() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-@contextmanager
-def _database_errors() -> Iterator[None]:
-    """A database that cannot be used is one line on stderr and exit 1, not a long traceback
-    (the driver's first line names the host and the cause, never the password)."""
-    from sqlalchemy.exc import OperationalError
-
-    try:
-        yield
-    except OperationalError as exc:
-        cause = str(exc.orig or exc).strip().splitlines()[0]
-        typer.echo(f"error: cannot use the database (EVIDENCE_DATABASE_URL): {cause}", err=True)
-        raise typer.Exit(1) from None
-
-
 @app.command()
 def migrate() -> None:
     """Apply the Alembic migrations to EVIDENCE_DATABASE_URL."""
     # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from worker.store.migrate import upgrade
 
-    with _database_errors():
+    with database_errors():
         upgrade()
     typer.echo("database is at the latest migration")
 
@@ -290,239 +270,6 @@ def mcp(
         server.run_stdio()
     else:
         server.run_http(host, port)
-
-
-KeyId = Annotated[
-    uuid.UUID, typer.Argument(metavar="KEY_ID", help="The key's id (`evidence keys list`).")
-]
-
-
-def _flag_value(parse: Callable[[], T], flag: str) -> T:
-    """A flag's parsed value; a ValueError is click's usage error (exit 2) naming the flag."""
-    try:
-        return parse()
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint=f"'{flag}'") from None
-
-
-def _expiry(expires_in: str | None, expires_at: str | None, now: datetime) -> datetime | None:
-    # Imported when the command runs: `evidence --help` and the other commands stay quick.
-    from api.cli.key_admin import parse_duration, parse_instant
-
-    if expires_in is not None and expires_at is not None:
-        raise typer.BadParameter("give --expires-in or --expires-at, not both")
-    if expires_in is not None:
-        return now + _flag_value(lambda: parse_duration(expires_in), "--expires-in")
-    if expires_at is not None:
-        return _flag_value(lambda: parse_instant(expires_at, now), "--expires-at")
-    return None
-
-
-def _print_new_key(what: str, key: NewKey) -> None:
-    """Say on stderr what was made; the secret alone on stdout's last line (scripts take it)."""
-    typer.echo(f"{what}: key {key.id} ({key.prefix}…); it is shown only once:", err=True)
-    typer.echo(key.secret)
-
-
-@keys_app.command("create")
-def keys_create(
-    workspace: Annotated[
-        list[uuid.UUID],
-        typer.Option(metavar="UUID", help="Workspace the key may use (repeat for more)."),
-    ],
-    scope: Annotated[
-        list[str], typer.Option(metavar="SCOPE", help="Scope to grant (repeat for more).")
-    ] = ["agent:research"],  # noqa: B006
-    expires_in: Annotated[
-        str | None,
-        typer.Option(
-            metavar="DURATION",
-            help="Expire this long from now: 90d, 12h, 1h30m, 2w (then it answers 401).",
-        ),
-    ] = None,
-    expires_at: Annotated[
-        str | None,
-        typer.Option(
-            metavar="TIME", help="Expire at this ISO 8601 time (UTC unless it names an offset)."
-        ),
-    ] = None,
-) -> None:
-    """Create an API key; it is printed once, alone on the last line."""
-    # Imported when the command runs: `evidence --help` and the other commands stay quick.
-    from api.auth import issue_key
-    from worker.domain import clock
-    from worker.store import db
-
-    now = clock.now()
-    until = _expiry(expires_in, expires_at, now)
-    with _database_errors():
-        key = db.with_transient_retry(
-            lambda s: issue_key(s, list(workspace), list(scope), now, until)
-        )
-    expiry = f", expires {until:%Y-%m-%d %H:%M:%S}Z" if until is not None else ""
-    _print_new_key(f"created for {len(workspace)} workspace(s){expiry}", key)
-
-
-@keys_app.command("list")
-def keys_list(
-    as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON document per key and line.")
-    ] = False,
-) -> None:
-    """Every key by id and prefix (never the key itself), its grants, times and state."""
-    import json
-
-    # Imported when the command runs: `evidence --help` and the other commands stay quick.
-    from api.cli.key_admin import document, table
-    from worker.domain import clock
-    from worker.store import db, keys
-
-    now = clock.now()
-    with _database_errors(), db.session_scope(readonly=True) as session:
-        documents = [document(k, now) for k in keys.list_keys(session)]
-    lines = [json.dumps(d) for d in documents] if as_json else table(documents)
-    for line in lines:
-        typer.echo(line)
-
-
-def _missing_key(key_id: uuid.UUID) -> typer.Exit:
-    typer.echo(f"error: no key has the id {key_id}", err=True)
-    return typer.Exit(1)
-
-
-@keys_app.command("revoke")
-def keys_revoke(key_id: KeyId) -> None:
-    """Revoke a key now: every API and MCP process refuses it (401) within 5 s."""
-    # Imported when the command runs: `evidence --help` and the other commands stay quick.
-    from worker.domain import clock
-    from worker.store import db, keys
-
-    def revoke(session: Session) -> tuple[str, datetime] | None:
-        keys.revoke_key(session, key_id, clock.now())
-        key = keys.get_key(session, key_id)
-        return None if key is None or key.revoked_at is None else (key.prefix, key.revoked_at)
-
-    with _database_errors():
-        revoked = db.with_transient_retry(revoke)
-    if revoked is None:
-        raise _missing_key(key_id)
-    prefix, at = revoked
-    typer.echo(f"revoked key {key_id} ({prefix}…) at {at:%Y-%m-%d %H:%M:%S}Z", err=True)
-
-
-@keys_app.command("rotate")
-def keys_rotate(
-    key_id: KeyId,
-    grace: Annotated[
-        str | None,
-        typer.Option(
-            metavar="DURATION",
-            help="Keep the old key working this long (e.g. 10m, 1h) while clients switch; "
-            "default: revoked at once.",
-        ),
-    ] = None,
-) -> None:
-    """A new key with the old one's workspaces, scopes and expiry, printed once alone on the
-    last line; the old key is revoked (after --grace)."""
-    from datetime import timedelta
-
-    # Imported when the command runs: `evidence --help` and the other commands stay quick.
-    from api.auth import rotate_key
-    from api.cli.key_admin import parse_duration
-    from worker.domain import clock
-    from worker.store import db
-
-    wait = _flag_value(lambda: parse_duration(grace), "--grace") if grace else timedelta(0)
-    now = clock.now()
-    with _database_errors():
-        key = db.with_transient_retry(lambda s: rotate_key(s, key_id, now, wait))
-    if key is None:
-        raise _missing_key(key_id)
-    old = f"at {now + wait:%Y-%m-%d %H:%M:%S}Z" if wait else "now"
-    _print_new_key(f"replaces {key_id} (revoked {old})", key)
-
-
-@quotas_app.command("set")
-def quotas_set(
-    workspace: Annotated[uuid.UUID, typer.Option(help="The workspace.")],
-    open_: Annotated[
-        int | None,
-        typer.Option("--open", min=0, help="Open (pending + running) retrievals allowed."),
-    ] = None,
-    rate: Annotated[
-        float | None, typer.Option(min=0.001, help="Retrievals per second on the write routes.")
-    ] = None,
-    burst: Annotated[
-        int | None, typer.Option(min=1, help="Retrievals at once (the token bucket's size).")
-    ] = None,
-    clear: Annotated[
-        bool, typer.Option("--clear", help="Drop the workspace's overrides (back to defaults).")
-    ] = False,
-) -> None:
-    """Override a workspace's quotas (the API applies them within 5 s)."""
-    # Imported when the command runs: `evidence --help` and the other commands stay quick.
-    from worker.domain import clock
-    from worker.lanes import quota_overrides as quota_store
-    from worker.store import db
-
-    if clear:
-        if open_ is not None or rate is not None or burst is not None:
-            typer.echo("--clear takes no --open, --rate or --burst", err=True)
-            raise typer.Exit(2)
-        db.with_transient_retry(lambda s: quota_store.clear_override(s, workspace))
-    elif open_ is None and rate is None and burst is None:
-        typer.echo("nothing to set: give --open, --rate, --burst or --clear", err=True)
-        raise typer.Exit(2)
-    else:
-        override = quota_store.Override(workspace, open_, rate, burst)
-        db.with_transient_retry(lambda s: quota_store.set_override(s, override, clock.now()))
-    _print_quotas([workspace])
-
-
-@quotas_app.command("show")
-def quotas_show(
-    workspace: Annotated[
-        list[uuid.UUID] | None,
-        typer.Option(help="Only these workspaces (default: all overridden)."),
-    ] = None,
-) -> None:
-    """Show the defaults and the quotas of overridden (or the given) workspaces."""
-    _print_quotas(workspace or [])
-
-
-def _print_quotas(workspaces: list[uuid.UUID]) -> None:
-    # Imported when the command runs: `evidence --help` and the other commands stay quick.
-    from worker.lanes import quota_overrides as quota_store
-    from worker.retrieval import records as retrievals
-    from worker.store import db
-
-    settings = get_settings()
-    defaults = (
-        settings.quota_open_retrievals,
-        settings.quota_write_rate,
-        settings.quota_write_burst,
-    )
-    with db.session_scope(readonly=True) as session:
-        found = {o.workspace_id: o for o in quota_store.list_overrides(session)}
-        names = workspaces or sorted(found)
-        rows = []
-        for name in names:
-            o = found.get(name) or quota_store.Override(name, None, None, None)
-            values = (o.open_retrievals, o.write_rate, o.write_burst)
-            shown = [
-                f"{v:g}" if v is not None else f"{d:g} (default)"
-                for v, d in zip(values, defaults, strict=True)
-            ]
-            open_now = retrievals.count_open(session, name, 10**9).total
-            rows.append((str(name), *shown, str(open_now)))
-    typer.echo(
-        f"defaults: open {defaults[0]}, rate {defaults[1]:g}/s, burst {defaults[2]} "
-        "(EVIDENCE_QUOTA_OPEN_RETRIEVALS, _WRITE_RATE, _WRITE_BURST)"
-    )
-    header = ("workspace", "open limit", "rate /s", "burst", "open now")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        typer.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 @app.command()
