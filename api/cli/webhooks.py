@@ -87,10 +87,10 @@ def list_(
     # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from api.services import webhook_endpoints as webhooks
     from worker.store.db import read_only_session
-    from worker.webhooks import records as store
+    from worker.webhooks import endpoints
 
     with read_only_session() as session:
-        rows = store.list_endpoints(session, None if workspace is None else [workspace])
+        rows = endpoints.list_endpoints(session, None if workspace is None else [workspace])
     for row in rows:
         _print(webhooks.webhook_doc(row))
 

@@ -21,8 +21,8 @@ from worker.domain.clock import isoformat
 from worker.platform.settings import get_settings
 from worker.store import db
 from worker.store.db import read_only_session
+from worker.webhooks import endpoints, signing
 from worker.webhooks import records as store
-from worker.webhooks import signing
 
 #: Deliveries one list answers at most.
 MAX_DELIVERIES = 100
@@ -37,7 +37,7 @@ def webhook_doc(row: sa.Row[Any]) -> dict[str, Any]:
         "id": str(row.id),
         "workspace_id": str(row.workspace_id),
         "url": row.url,
-        "events": store.decode_events(row.events),
+        "events": endpoints.decode_events(row.events),
         "description": row.description,
         "enabled": row.enabled,
         "disabled_reason": row.disabled_reason,
@@ -80,7 +80,7 @@ def _readable(principal: Principal, row: sa.Row[Any] | None) -> sa.Row[Any]:
 def _endpoint(principal: Principal, webhook_id: uuid.UUID) -> sa.Row[Any]:
     principal.require(None)
     with read_only_session() as session:
-        return _readable(principal, store.get_endpoint(session, webhook_id))
+        return _readable(principal, endpoints.get_endpoint(session, webhook_id))
 
 
 def create_webhook(principal: Principal, body: WebhookCreateRequest) -> dict[str, Any]:
@@ -91,14 +91,14 @@ def create_webhook(principal: Principal, body: WebhookCreateRequest) -> dict[str
     secret = signing.new_secret()
 
     def insert(session: Any) -> sa.Row[Any]:
-        if store.count_endpoints(session, workspace_id) >= limit:
+        if endpoints.count_endpoints(session, workspace_id) >= limit:
             raise ApiError(
                 409,
                 "invalid_input",
                 f"this workspace already has {limit} webhooks (the most allowed)",
                 "workspace_id",
             )
-        return store.insert_endpoint(
+        return endpoints.insert_endpoint(
             session, workspace_id, body.url, body.events, body.description, secret, clock.now()
         )
 
@@ -111,7 +111,7 @@ def list_webhooks(principal: Principal, workspace_id: uuid.UUID | None) -> dict[
     principal.require(workspace_id)
     workspaces = [workspace_id] if workspace_id else sorted(principal.workspaces)
     with read_only_session() as session:
-        rows = store.list_endpoints(session, workspaces)
+        rows = endpoints.list_endpoints(session, workspaces)
     return {"webhooks": [webhook_doc(row) for row in rows]}
 
 
@@ -136,7 +136,7 @@ def update_webhook(
     _endpoint(principal, webhook_id)
     changes = {name: getattr(body, name) for name in given}
     row = db.with_transient_retry(
-        lambda s: store.update_endpoint(s, webhook_id, changes, clock.now())
+        lambda s: endpoints.update_endpoint(s, webhook_id, changes, clock.now())
     )
     return {"webhook": webhook_doc(_readable(principal, row))}
 
@@ -147,7 +147,7 @@ def rotate_secret(principal: Principal, webhook_id: uuid.UUID) -> dict[str, Any]
     secret = signing.new_secret()
     grace = timedelta(seconds=get_settings().webhook_secret_grace_seconds)
     row = db.with_transient_retry(
-        lambda s: store.rotate_secret(s, webhook_id, secret, grace, clock.now())
+        lambda s: endpoints.rotate_secret(s, webhook_id, secret, grace, clock.now())
     )
     return {"webhook": webhook_doc(_readable(principal, row)), "secret": secret}
 
@@ -155,7 +155,7 @@ def rotate_secret(principal: Principal, webhook_id: uuid.UUID) -> dict[str, Any]
 def delete_webhook(principal: Principal, webhook_id: uuid.UUID) -> None:
     """Delete the endpoint and its deliveries (pending ones are never sent)."""
     _endpoint(principal, webhook_id)
-    db.with_transient_retry(lambda s: store.delete_endpoint(s, webhook_id))
+    db.with_transient_retry(lambda s: endpoints.delete_endpoint(s, webhook_id))
 
 
 def list_deliveries(

@@ -23,8 +23,8 @@ from worker.retrieval import records as retrievals
 from worker.store import at_commit, db, retrieval_view
 from worker.store.models import Evidence, EvidenceRevision, Retrieval
 from worker.store.read_models import EvidenceChunk, EvidenceReport
+from worker.webhooks import endpoints, signing
 from worker.webhooks import records as webhooks
-from worker.webhooks import signing
 
 pytestmark = pytest.mark.lifecycle
 
@@ -264,7 +264,7 @@ def endpoint() -> Iterator[tuple[uuid.UUID, uuid.UUID]]:
     is never reachable (a worker that takes a delivery fails it), and it goes with the test."""
     workspace = uuid.uuid4()
     row = db.with_transient_retry(
-        lambda s: webhooks.insert_endpoint(
+        lambda s: endpoints.insert_endpoint(
             s,
             workspace,
             "https://hooks.invalid/settled",
@@ -275,7 +275,7 @@ def endpoint() -> Iterator[tuple[uuid.UUID, uuid.UUID]]:
         )
     )
     yield workspace, row.id
-    db.with_transient_retry(lambda s: webhooks.delete_endpoint(s, row.id))
+    db.with_transient_retry(lambda s: endpoints.delete_endpoint(s, row.id))
 
 
 def _deliveries(endpoint_id: uuid.UUID) -> list[uuid.UUID]:

@@ -13,7 +13,7 @@ from standardwebhooks import Webhook
 
 from worker.domain import clock
 from worker.store import db
-from worker.webhooks import policy, signing
+from worker.webhooks import endpoints, policy, signing
 from worker.webhooks import records as store
 
 LEASE = timedelta(seconds=10)
@@ -23,7 +23,7 @@ DAY = timedelta(days=1)
 def _endpoint(now: datetime, workspace: uuid.UUID | None = None) -> uuid.UUID:
     """An endpoint no worker can reach (nothing here is published)."""
     row = db.with_transient_retry(
-        lambda s: store.insert_endpoint(
+        lambda s: endpoints.insert_endpoint(
             s,
             workspace or uuid.uuid4(),
             "https://hooks.invalid/x",
@@ -121,7 +121,7 @@ class TestClaims:
         assert outcome == store.FailureOutcome(recorded=True, final=True, disabled=True)
         assert _row(delivery_id).state == "failed"
         with db.session_scope(readonly=True) as session:
-            endpoint = store.get_endpoint(session, endpoint_id)
+            endpoint = endpoints.get_endpoint(session, endpoint_id)
         assert endpoint is not None and not endpoint.enabled
         assert "last error: timeout" in endpoint.disabled_reason
 
@@ -172,7 +172,7 @@ class TestWindow:
             assert clock.as_utc(row.retry_until) == now + window
         finally:
             cancel_open(workspace)
-            db.with_transient_retry(lambda s: store.delete_endpoint(s, endpoint_id))
+            db.with_transient_retry(lambda s: endpoints.delete_endpoint(s, endpoint_id))
 
     def test_a_redelivery_opens_a_fresh_window_of_the_configured_seconds(
         self, http: object
@@ -196,7 +196,7 @@ class TestWindow:
             assert until - due == timedelta(seconds=60)
             assert clock.now() - DAY < due <= clock.now()
         finally:
-            db.with_transient_retry(lambda s: store.delete_endpoint(s, endpoint_id))
+            db.with_transient_retry(lambda s: endpoints.delete_endpoint(s, endpoint_id))
 
     def test_a_retry_due_at_the_last_instant_is_made_and_its_failure_is_final(self) -> None:
         now = clock.now()

@@ -1,10 +1,11 @@
-"""Webhook persistence: endpoints, and deliveries as an outbox fenced like retrievals.
+"""Webhook deliveries: an outbox fenced like retrievals (endpoints: `worker.webhooks.endpoints`).
 
 A delivery row is written in the transaction that settles its retrieval (`record_settled`, called
-by every settle path of `worker.retrieval.records`), and handed to the broker after that commit
-(`on_commit`). A worker claims one attempt with a guarded UPDATE that bumps `attempts` (the
-fencing token) and takes a lease; the attempt's outcome is written only if `attempts` is still
-the one it claimed. The sweep republishes what is due and never reached a worker.
+by every settle path of `worker.retrieval.transitions`), and handed to the broker after that
+commit (by the publisher the Celery layer installs, `install_publisher`). A worker claims one
+attempt with a guarded UPDATE that bumps `attempts` (the fencing token) and takes a lease; the
+attempt's outcome is written only if `attempts` is still the one it claimed. The sweep republishes
+what is due and never reached a worker.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from worker.platform.settings import get_settings
 from worker.store import db
 from worker.store.models import Retrieval, WebhookDelivery, WebhookEndpoint
 from worker.store.typed import rowcount
+from worker.webhooks import endpoints
 
 ENDPOINT: sa.Table = WebhookEndpoint.__table__  # type: ignore[attr-defined]
 DELIVERY: sa.Table = WebhookDelivery.__table__  # type: ignore[attr-defined]
@@ -39,95 +41,6 @@ DELIVERY_STATES = (PENDING, DELIVERED, FAILED)
 MAX_ERROR_CHARS = 500
 #: Session.info key of the deliveries a transaction wrote, published after its commit.
 _STAGED = "webhook_deliveries"
-
-
-def encode_events(events: Sequence[str]) -> str:
-    """Event types as stored: sorted, space-separated, padded so `LIKE '% type %'` matches."""
-    return " " + " ".join(sorted(set(events))) + " "
-
-
-def decode_events(stored: str) -> list[str]:
-    return stored.split()
-
-
-# Endpoints.
-def insert_endpoint(
-    session: Session,
-    workspace_id: uuid.UUID,
-    url: str,
-    events: Sequence[str],
-    description: str | None,
-    secret: str,
-    now: datetime,
-) -> sa.Row[Any]:
-    values = {
-        "id": uuid.uuid4(),
-        "workspace_id": workspace_id,
-        "url": url,
-        "events": encode_events(events),
-        "description": description,
-        "enabled": True,
-        "secret": secret,
-        "created_at": now,
-        "updated_at": now,
-    }
-    return session.execute(sa.insert(ENDPOINT).values(values).returning(*ENDPOINT.columns)).one()
-
-
-def count_endpoints(session: Session, workspace_id: uuid.UUID) -> int:
-    query = sa.select(sa.func.count()).where(ENDPOINT.c.workspace_id == workspace_id)
-    return int(session.execute(query).scalar_one())
-
-
-def get_endpoint(session: Session, endpoint_id: uuid.UUID) -> sa.Row[Any] | None:
-    return session.execute(sa.select(ENDPOINT).where(ENDPOINT.c.id == endpoint_id)).one_or_none()
-
-
-def list_endpoints(
-    session: Session, workspace_ids: Sequence[uuid.UUID] | None
-) -> list[sa.Row[Any]]:
-    """The endpoints of these workspaces (None: of every workspace), oldest first."""
-    query = sa.select(ENDPOINT).order_by(ENDPOINT.c.created_at, ENDPOINT.c.id)
-    if workspace_ids is not None:
-        query = query.where(ENDPOINT.c.workspace_id.in_(list(workspace_ids)))
-    return list(session.execute(query))
-
-
-def update_endpoint(
-    session: Session, endpoint_id: uuid.UUID, changes: dict[str, Any], now: datetime
-) -> sa.Row[Any] | None:
-    """Apply `changes` (column: value; `events` as a list); enabling clears the failure record."""
-    values = dict(changes)
-    if "events" in values:
-        values["events"] = encode_events(values["events"])
-    if values.get("enabled") is not None:
-        values["disabled_reason"] = None
-        values["failing_since"] = None
-    values["updated_at"] = now
-    stmt = sa.update(ENDPOINT).where(ENDPOINT.c.id == endpoint_id).values(values)
-    return session.execute(stmt.returning(*ENDPOINT.columns)).one_or_none()
-
-
-def rotate_secret(
-    session: Session, endpoint_id: uuid.UUID, secret: str, grace: timedelta, now: datetime
-) -> sa.Row[Any] | None:
-    """Sign with `secret` from now on, and with the current one too until `now + grace`."""
-    stmt = (
-        sa.update(ENDPOINT)
-        .where(ENDPOINT.c.id == endpoint_id)
-        .values(
-            previous_secret=ENDPOINT.c.secret,
-            previous_secret_until=now + grace,
-            secret=secret,
-            updated_at=now,
-        )
-    )
-    return session.execute(stmt.returning(*ENDPOINT.columns)).one_or_none()
-
-
-def delete_endpoint(session: Session, endpoint_id: uuid.UUID) -> bool:
-    session.execute(sa.delete(DELIVERY).where(DELIVERY.c.endpoint_id == endpoint_id))
-    return bool(rowcount(session.execute(sa.delete(ENDPOINT).where(ENDPOINT.c.id == endpoint_id))))
 
 
 # Recording (inside the settle's transaction).
@@ -281,7 +194,7 @@ def claim(
     row = session.execute(stmt).one_or_none()
     if row is None:
         return None
-    endpoint = get_endpoint(session, row.endpoint_id)
+    endpoint = endpoints.get_endpoint(session, row.endpoint_id)
     assert endpoint is not None  # deleting an endpoint deletes its deliveries first
     return Attempt(
         delivery_id=delivery_id,
