@@ -73,3 +73,25 @@ def _unexplained_local_imports(path: Path) -> list[str]:
 def test_function_local_imports_say_why() -> None:
     unexplained = [line for path in MODULES for line in _unexplained_local_imports(path)]
     assert unexplained == []
+
+
+#: "About 400 lines": past this a module holds more than one thing (split it by what it does).
+MAX_MODULE_LINES = 450
+
+
+def test_no_module_is_too_long() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in MODULES
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
+def test_redis_clients_are_made_in_one_place() -> None:
+    makers = [
+        str(p.relative_to(ROOT))
+        for p in MODULES
+        if "from_url(" in p.read_text() and p.name != "redis_clients.py"
+    ]
+    assert makers == []
