@@ -4,6 +4,13 @@ After a 429 from a host, every worker answers `rate_limited` for that host until
 Retry-After passes, without fetching. At most `per_host_limit` fetches of one host run at
 once across all workers. Redis trouble never fails a fetch: the layer degrades open (logs,
 then fetches anyway) and stops asking Redis for a short while.
+
+A host's slots are shared between the workspaces waiting for it, not first come, first
+served: when one frees, it goes to the waiting workspace that holds fewest of that host's
+slots (interactive work first, then the one served longest ago), decided in Redis across
+every worker process. A workspace that queued a hundred slow URLs of one host does not make
+another workspace's fetch of that host wait for them: it waits for one slot's turn. An
+uncontended host costs what it did: one round trip to take a slot, one to give it back.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import redis
@@ -22,7 +30,7 @@ import structlog
 from worker.domain.reasons import Reason
 from worker.fetch.types import FetchFailure
 from worker.platform import redis_clients
-from worker.platform.ranked_gate import RankedGate
+from worker.platform.ranked_gate import RankedGate, current_rank
 from worker.platform.settings import DEFAULT_FETCH_PER_HOST_LIMIT
 
 log = structlog.get_logger(__name__)
@@ -37,8 +45,32 @@ SLOT_RETRY_AFTER_SECONDS = 5
 REDIS_QUIET_SECONDS = 5.0
 #: Socket timeouts for Redis calls, in seconds (politeness must never stall a fetch).
 
-#: A slot of KEYS[1] for token ARGV[1] (at most ARGV[2] held, each for ARGV[3] ms): 1 taken,
-#: 0 all held; while the origin backs off (KEYS[2] alive), minus the milliseconds left.
+#: How long a waiter's place in a host's queue lasts without a poll, in milliseconds (a
+#: waiter polls every SLOT_POLL_SECONDS; one that died leaves the queue this soon).
+WAITER_TTL_MS = 1_000
+
+#: The workspace whose work this thread fetches for (the runner sets it per retrieval; ""
+#: for work of no workspace). Slots are shared fairly between workspaces by it.
+current_workspace: ContextVar[str] = ContextVar("current_workspace", default="")
+
+
+@contextmanager
+def for_workspace(workspace: str) -> Iterator[None]:
+    """Fetch inside for `workspace` (its turn at a busy host's slots is its own)."""
+    token = current_workspace.set(workspace)
+    try:
+        yield
+    finally:
+        current_workspace.reset(token)
+
+
+#: Take a slot of KEYS[1] (holders `workspace|token`, at most ARGV[3], each for ARGV[4] ms) for
+#: workspace ARGV[1], token ARGV[2], rank ARGV[5]: 1 taken, 0 not (it then waits in KEYS[3],
+#: members `rank|workspace|token` living ARGV[6] ms); while the origin backs off (KEYS[2]
+#: alive), minus the milliseconds left. A free slot goes to the waiter with the best (rank,
+#: slots its workspace holds, when its workspace was last served (KEYS[4], a sequence kept
+#: in its field `#`; none = never):
+#: the taker must have no waiter strictly better than itself. No waiters: one ZCARD, as before.
 _ACQUIRE = """
 local backoff = redis.call('PTTL', KEYS[2])
 if backoff > 0 then
@@ -46,12 +78,41 @@ if backoff > 0 then
 end
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local ws, rank, lease = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[4])
+local me = ARGV[5] .. '|' .. ws .. '|' .. ARGV[2]
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[3]), ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms)
+local take = redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3])
+if take and redis.call('ZCARD', KEYS[3]) > 0 then
+  local held = {}
+  for _, holder in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    local w = string.sub(holder, 1, string.find(holder, '|', 1, true) - 1)
+    held[w] = (held[w] or 0) + 1
+  end
+  local function served(w)
+    return tonumber(redis.call('HGET', KEYS[4], w) or '0')
+  end
+  local mine_held, mine_served = held[ws] or 0, served(ws)
+  for _, waiter in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    local r, w = string.match(waiter, '^(%d+)|([^|]*)|')
+    r = tonumber(r)
+    if w ~= ws and (r < rank or (r == rank and ((held[w] or 0) < mine_held or
+        ((held[w] or 0) == mine_held and served(w) < mine_served)))) then
+      take = false
+      break
+    end
+  end
+end
+if take then
+  redis.call('ZADD', KEYS[1], ms + lease, ws .. '|' .. ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], lease)
+  redis.call('ZREM', KEYS[3], me)
+  redis.call('HSET', KEYS[4], ws, redis.call('HINCRBY', KEYS[4], '#', 1))
+  redis.call('PEXPIRE', KEYS[4], lease)
   return 1
 end
+redis.call('ZADD', KEYS[3], ms + tonumber(ARGV[6]), me)
+redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[6]))
 return 0
 """
 
@@ -101,27 +162,32 @@ class SharedState:
 
 
 class LocalGate:
-    """This process's share of the per-host limit: its fetches of one host queue here.
+    """This process's share of the per-host limit: its fetches of one host queue here, each
+    workspace's apart.
 
     A worker keeps hundreds of retrievals in flight; without this, every one waiting for a busy
     host would poll Redis 20 times a second. Waiting at a gate costs nothing, and only the
-    fetches that hold one of the process's `limit` permits for a host ask Redis for a slot.
-    The gate admits interactive work first (`worker.platform.ranked_gate`): an agent's single fetch
-    of a host that a batch keeps busy takes the next permit. Gates exist only while someone holds
-    or waits for them.
+    fetches that hold one of the process's `limit` permits for a (host, workspace) ask Redis
+    for a slot. A gate per workspace, because one gate per host made another workspace's fetch
+    queue behind every fetch the first had queued before it reached Redis, where the turns are
+    shared fairly. The gate admits interactive work first (`worker.platform.ranked_gate`): an
+    agent's single fetch of a host that a batch keeps busy takes the next permit. Gates exist
+    only while someone holds or waits for them.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._lock = threading.Lock()
-        self._gates: dict[str, tuple[RankedGate, int]] = {}
+        self._gates: dict[tuple[str, str], tuple[RankedGate, int]] = {}
 
     @contextmanager
-    def hold(self, origin: str, wait_seconds: float) -> Iterator[bool]:
-        """Yield whether one of `origin`'s permits was had within `wait_seconds`."""
+    def hold(self, origin: str, wait_seconds: float, workspace: str = "") -> Iterator[bool]:
+        """Yield whether one of `origin`'s permits for `workspace` was had within
+        `wait_seconds`."""
+        key = (origin, workspace)
         with self._lock:
-            gate, users = self._gates.get(origin) or (RankedGate(self.limit), 0)
-            self._gates[origin] = (gate, users + 1)
+            gate, users = self._gates.get(key) or (RankedGate(self.limit), 0)
+            self._gates[key] = (gate, users + 1)
         acquired = gate.acquire(max(0.0, wait_seconds))
         try:
             yield acquired
@@ -129,11 +195,11 @@ class LocalGate:
             if acquired:
                 gate.release()
             with self._lock:
-                gate, users = self._gates[origin]
+                gate, users = self._gates[key]
                 if users == 1:
-                    del self._gates[origin]
+                    del self._gates[key]
                 else:
-                    self._gates[origin] = (gate, users - 1)
+                    self._gates[key] = (gate, users - 1)
 
 
 class Politeness:
@@ -173,12 +239,23 @@ class Politeness:
         if seconds > current:
             self.state.call(None, "set", key, str(seconds), px=seconds * 1000)
 
-    def _acquire(self, origin: str, token: str) -> bool:
-        """Take one of `origin`'s slots; False when all are held; rate_limited while the
-        origin backs off: one round trip for both questions."""
-        keys = [self.state.key("slots", origin), self.state.key("backoff", origin)]
-        argv = [token, self.per_host_limit, self.slot_lease_ms]
-        result = self.state.run(True, self._acquire_script, keys, argv)
+    def _keys(self, origin: str) -> list[str]:
+        return [
+            self.state.key("slots", origin),
+            self.state.key("backoff", origin),
+            self.state.key("waiting", origin),
+            self.state.key("served", origin),
+        ]
+
+    def _acquire(
+        self, origin: str, token: str, workspace: str = "", rank: int | None = None
+    ) -> bool:
+        """Take one of `origin`'s slots for `workspace`; False when all are held or another
+        workspace's waiter has the better claim to the free one (this one then waits in line);
+        rate_limited while the origin backs off: one round trip for all three questions."""
+        rank = current_rank.get() if rank is None else rank
+        argv = [workspace, token, self.per_host_limit, self.slot_lease_ms, rank, WAITER_TTL_MS]
+        result = self.state.run(True, self._acquire_script, self._keys(origin), argv)
         if isinstance(result, int) and result < 0:
             raise _backing_off(max(1, math.ceil(-result / 1000)))
         return bool(result)
@@ -186,12 +263,14 @@ class Politeness:
     @contextmanager
     def slot(self, origin: str, wait_seconds: float) -> Iterator[None]:
         """Hold one of `origin`'s slots; wait up to `wait_seconds`, then rate_limited (at once,
-        without fetching, while the origin backs off after a 429)."""
+        without fetching, while the origin backs off after a 429). The thread's
+        `current_workspace` and `current_rank` say whose turn it waits for."""
         give_up = time.monotonic() + max(0.0, wait_seconds)
-        with self.local.hold(origin, wait_seconds) as acquired:
+        workspace = current_workspace.get()
+        with self.local.hold(origin, wait_seconds, workspace) as acquired:
             if not acquired:
                 raise self._busy()
-            with self._fleet_slot(origin, give_up):
+            with self._fleet_slot(origin, workspace, give_up):
                 yield
 
     def _busy(self) -> FetchFailure:
@@ -202,18 +281,24 @@ class Politeness:
         )
 
     @contextmanager
-    def _fleet_slot(self, origin: str, give_up: float) -> Iterator[None]:
+    def _fleet_slot(self, origin: str, workspace: str, give_up: float) -> Iterator[None]:
         """Hold one of `origin`'s slots in Redis, shared by every worker process."""
-        key = self.state.key("slots", origin)
         token = uuid.uuid4().hex
-        while not self._acquire(origin, token):
-            if time.monotonic() >= give_up:
-                raise self._busy()
-            time.sleep(SLOT_POLL_SECONDS)
+        rank = current_rank.get()
+        try:
+            while not self._acquire(origin, token, workspace, rank):
+                if time.monotonic() >= give_up:
+                    raise self._busy()
+                time.sleep(SLOT_POLL_SECONDS)
+        except FetchFailure:
+            # Out of the line now, so that nobody's turn waits for a waiter who left.
+            waiting = self.state.key("waiting", origin)
+            self.state.call(None, "zrem", waiting, f"{rank}|{workspace}|{token}")
+            raise
         try:
             yield
         finally:
-            self.state.call(None, "zrem", key, token)
+            self.state.call(None, "zrem", self.state.key("slots", origin), f"{workspace}|{token}")
 
 
 def _backing_off(seconds: int) -> FetchFailure:

@@ -16,7 +16,7 @@ from worker.content.results import failure_result
 from worker.domain import clock
 from worker.domain.reasons import Reason
 from worker.domain.states import RetrievalState as S
-from worker.fetch import shared
+from worker.fetch import politeness, shared
 from worker.fetch.egress import deadline_scope
 from worker.fetch.fleet_metrics import MeteredFetcher
 from worker.platform import confine, ranked_gate
@@ -163,12 +163,16 @@ def run_claim(claim: retrievals.Claim, found: freshness.Found) -> dict[str, Any]
     """Fetch, extract and settle a claimed retrieval; announce it once settled.
 
     What it queues for in this process (a host's fetch slot, an extraction process, a database
-    connection) an interactive retrieval gets before the batch lane's work.
+    connection) an interactive retrieval gets before the batch lane's work; a busy host's
+    slots are shared between the workspaces waiting for it (`worker.fetch.politeness`).
 
     An exception about this retrieval (raised anywhere from the look-up's use to its settle)
     is its own: its claim is given back (`give_back`), and the thread goes on.
     """
-    with ranked(ranked_gate.BATCH if claim.lane == "batch" else ranked_gate.INTERACTIVE):
+    with (
+        ranked(ranked_gate.BATCH if claim.lane == "batch" else ranked_gate.INTERACTIVE),
+        politeness.for_workspace(str(claim.workspace_id)),  # its turn at a busy host's slots
+    ):
         try:
             return _run_claim(claim, found)
         except Exception as exc:  # noqa: BLE001  (confined to this retrieval, logged there)
