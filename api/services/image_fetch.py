@@ -34,7 +34,6 @@ from api.auth import Principal
 from api.errors import ApiError
 from api.read_schemas import ImageGetRequest
 from api.services import read
-from worker.fetch import shared
 from worker.fetch.image_bytes import ImageUnavailable, fetch_image
 from worker.platform.settings import get_settings
 from worker.store.db import read_only_session
@@ -99,11 +98,17 @@ def _unavailable(exc: ImageUnavailable) -> ApiError:
 
 
 def _fetch(url: str, timeout: float) -> tuple[bytes, str]:
+    # Imported on the first image: the fetcher's HTTP stack costs every API process memory.
+    from worker.fetch import shared
+
     return fetch_image(shared.get_fetcher(), url, total_seconds=timeout)
 
 
 def close_image_fetcher() -> None:
     """Close the fetcher image bytes came through (pooled TLS connections, a Redis client)."""
+    # Imported here for the same reason as in `_fetch`.
+    from worker.fetch import shared
+
     shared.close_fetcher()
 
 

@@ -15,10 +15,8 @@ import structlog
 from celery import Celery, signals
 from kombu.utils.scheduling import round_robin_cycle
 
-from worker.fetch import shared
 from worker.jobs import celery_logs  # noqa: F401  (connects Celery's logging signals)
 from worker.platform.settings import get_settings
-from worker.retrieval import extract_pool
 from worker.store import db
 
 RETRIEVE_TASK = "evidence.retrieve"
@@ -165,12 +163,18 @@ def _preload_pipeline(**_: Any) -> None:
 def _stop_extract_pool(**_: Any) -> None:
     """A threads-pool worker's extraction processes end with it (prefork has none)."""
 
+    # Imported here: the API imports this module (to publish), and needs no worker machinery.
+    from worker.retrieval import extract_pool
+
     extract_pool.stop()
 
 
 @signals.worker_process_init.connect
 def _after_fork(**_: Any) -> None:
     """A forked child must not share the parent's database connections or HTTP pool."""
+
+    # Imported here: the API imports this module (to publish), and needs no fetcher.
+    from worker.fetch import shared
 
     db.skip_pre_ping()  # also forgets the parent's engine
     shared.reset_fetcher()
@@ -179,5 +183,8 @@ def _after_fork(**_: Any) -> None:
 @signals.worker_process_shutdown.connect
 def _before_child_exit(**_: Any) -> None:
     """A pool child ends with os._exit, which closes nothing: close its fetcher first."""
+
+    # Imported here: the API imports this module (to publish), and needs no fetcher.
+    from worker.fetch import shared
 
     shared.close_fetcher()
