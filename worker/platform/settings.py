@@ -111,6 +111,13 @@ class Settings(BaseSettings):
     image_fetch_concurrency: int = Field(default=16, ge=1)
     #: Total seconds one image-byte fetch may take (connect, redirects, body).
     image_fetch_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Evidence diffs (docs/evidence-diff.md, "Bounds on the work"), per API process.
+    #: Diffs computed at once (threads of the diff pool).
+    diff_concurrency: int = Field(default=2, ge=1, le=64)
+    #: Diffs of one workspace admitted at once (running or queued); one more is 429.
+    diff_per_workspace: int = Field(default=2, ge=1)
+    #: Diffs admitted at once, all workspaces together; one more is 429.
+    diff_queue: int = Field(default=32, ge=1)
     # Fair sharing (docs/fairness.md). Defaults per workspace; `evidence quotas set` overrides.
     #: Open (pending + running) retrievals a workspace may have; beyond it new ones are 429.
     quota_open_retrievals: int = Field(default=10_000, ge=0)
