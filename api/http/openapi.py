@@ -166,7 +166,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             "diffEvidence",
             None,
             {200: ("EvidenceDiffResponse", "What changed from revision `from` to `to`.")},
-            (404,),
+            (404, 429),
             None,
             ex["evidence_diff"],
         ),

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from api.http.deps import PrincipalDep, SessionDep
 from api.read_schemas import MAX_SAFE_INTEGER
@@ -27,12 +27,16 @@ def get_evidence(
 
 
 @router.get("/{evidence_id:uuid}/diff")
-def diff_evidence(
+async def diff_evidence(
     evidence_id: UuidParam,
     principal: PrincipalDep,
-    session: SessionDep,
     old: Annotated[int, Query(alias="from", ge=1, le=MAX_SAFE_INTEGER)],
     new: Annotated[int, Query(alias="to", ge=1, le=MAX_SAFE_INTEGER)],
-) -> dict[str, Any]:
-    """What changed from revision `from` to revision `to` of one evidence item."""
-    return evidence_diff.diff_evidence(session, principal, evidence_id, old, new)
+) -> Response:
+    """What changed from revision `from` to revision `to` of one evidence item.
+
+    Async, and with no request session: the work runs in the diff pool, bounded per workspace
+    (`api.services.evidence_diff`), and its answer comes back as JSON already rendered.
+    """
+    body = await evidence_diff.diff_json(principal, evidence_id, old, new)
+    return Response(body, media_type="application/json")
