@@ -27,6 +27,8 @@ class Override:
     write_rate: float | None
     write_burst: int | None
     updated_at: datetime | None = None
+    read_rate: float | None = None
+    read_burst: int | None = None
 
 
 def get_override(session: Session, workspace_id: uuid.UUID) -> Override | None:
@@ -50,6 +52,8 @@ def set_override(session: Session, override: Override, now: datetime) -> Overrid
         _pick(override.write_rate, current.write_rate if current else None),
         _pick(override.write_burst, current.write_burst if current else None),
         now,
+        _pick(override.read_rate, current.read_rate if current else None),
+        _pick(override.read_burst, current.read_burst if current else None),
     )
     values = merged.__dict__
     if current is None:

@@ -125,6 +125,11 @@ class Settings(BaseSettings):
     quota_write_rate: float = Field(default=100.0, gt=0)
     #: ...and at once (the bucket's size; a full 1 000-item batch needs 1 000).
     quota_write_burst: int = Field(default=2_000, ge=1)
+    #: Polls and reads a workspace may make per second (GET a retrieval, batch-get, a replayed
+    #: POST, the read side; a token bucket, docs/fairness.md "Read admission")...
+    quota_read_rate: float = Field(default=100.0, gt=0)
+    #: ...and at once (the bucket's size).
+    quota_read_burst: int = Field(default=1_000, ge=1)
     #: A workspace's single retrievals beyond this many open ones go to the batch lane: a
     #: client looping over the single route is a batch, and must not crowd out other agents.
     interactive_open_limit: int = Field(default=20, ge=0)

@@ -204,6 +204,8 @@ class WorkspaceQuota(SQLModel, table=True):
     write_rate: float | None = Field(default=None, sa_column=sa.Column(sa.Float))
     write_burst: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
     updated_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    read_rate: float | None = Field(default=None, sa_column=sa.Column(sa.Float))
+    read_burst: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
 
 
 class WebhookEndpoint(SQLModel, table=True):
