@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from api.auth import Principal
 from api.errors import ApiError, invalid_input
-from api.mcp.tools import contract_file, provide, tool
+from api.mcp.tools import contract_file, for_mcp, provide, tool
 from api.read_schemas import (
     BriefGetRequest,
     ChunkGetRequest,
@@ -89,7 +89,10 @@ async def _answer(
     fn: Callable[[Session, Principal, Any], dict[str, Any]], principal: Principal, argument: Any
 ) -> dict[str, Any]:
     """Run a read-service function in a worker thread, in its own read-only session."""
-    return await anyio.to_thread.run_sync(partial(_read, fn, principal, argument))
+    try:
+        return await anyio.to_thread.run_sync(partial(_read, fn, principal, argument))
+    except ApiError as exc:  # over the read rate: the MCP contract's terms
+        raise for_mcp(exc) from None
 
 
 @tool(
@@ -152,6 +155,8 @@ async def get_image(principal: Principal, request: ImageGetRequest) -> dict[str,
     try:
         return await image_fetch.get_image(principal, request)
     except ApiError as exc:
+        if exc.code == "rate_limited":
+            raise for_mcp(exc) from None
         if exc.code == "upstream_unavailable":
             retry = image_fetch.retry_after(exc)
             exc.details = {**(exc.details or {}), "retry_after_seconds": retry}

@@ -190,11 +190,11 @@ async def evidence_retrieve(principal: Principal, request: RetrieveRequest) -> R
     try:
         submitted = await anyio.to_thread.run_sync(retrievals.submit_retrieval, principal, request)
     except ApiError as exc:
-        raise _for_mcp(exc) from None
+        raise for_mcp(exc) from None
     return await _settle(principal, submitted.payload)
 
 
-def _for_mcp(error: ApiError) -> ApiError:
+def for_mcp(error: ApiError) -> ApiError:
     """A quota refusal in the MCP contract's terms: it has no `rate_limited` code, so it is
     `upstream_unavailable` (try again later) with the reason and when, like the read tools'."""
     if error.code != "rate_limited":

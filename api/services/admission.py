@@ -12,6 +12,8 @@
   the database, still holds.
 * **Open ceiling.** Decided in the database, in the creating transaction
   (`worker.retrieval.records.create_within_quota`), where the count is true.
+* **Read rate.** The same kind of bucket, apart (`READ_BUCKET_PREFIX`), for polls and reads
+  (`api.services.read_admission` says what each costs); `limiter` and `readers` are the two.
 * **Limits.** The settings' defaults (`EVIDENCE_QUOTA_*`) with the workspace's overrides from
   `evidence quotas set`, cached here for `OVERRIDE_CACHE_SECONDS`.
 
@@ -57,6 +59,7 @@ MAX_LEASE_TOKENS = 32
 #: Workspaces an API process keeps leases for; past it, it starts afresh.
 MAX_LEASED_WORKSPACES = 4096
 BUCKET_PREFIX = "evidence:quota:bucket:"
+READ_BUCKET_PREFIX = "evidence:quota:read:"
 
 #: Put back ARGV[4] unused tokens, then take up to ARGV[3] from the bucket KEYS[1] (rate
 #: ARGV[1]/s, size ARGV[2]), refilled by Redis' own clock. Returns {granted, tokens left}. The
@@ -86,6 +89,14 @@ class Limits:
     open_retrievals: int
     write_rate: float
     write_burst: int
+    #: Reads: `limits_for` always sets them (EVIDENCE_QUOTA_READ_*); the defaults here only keep
+    #: a write-only Limits short to write.
+    read_rate: float = 100.0
+    read_burst: int = 1_000
+
+    def reads(self) -> Limits:
+        """The read bucket in the shape a RateLimiter takes (its rate and burst in `write_*`)."""
+        return Limits(self.open_retrievals, self.read_rate, self.read_burst)
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,14 @@ def over_rate(limits: Limits, retry_after: int) -> ApiError:
     return rate_limited(
         f"this workspace may submit {limits.write_rate:g} retrievals per second "
         f"(bursts of {limits.write_burst}); retry after {retry_after} s",
+        retry_after,
+    )
+
+
+def over_read_rate(limits: Limits, retry_after: int) -> ApiError:
+    return rate_limited(
+        f"this workspace may make {limits.read_rate:g} reads per second "
+        f"(bursts of {limits.read_burst}); retry after {retry_after} s",
         retry_after,
     )
 
@@ -160,12 +179,18 @@ def limits_for(workspace_id: uuid.UUID) -> Limits:
     override = overrides.get(workspace_id)
     if override is None:
         return Limits(
-            settings.quota_open_retrievals, settings.quota_write_rate, settings.quota_write_burst
+            settings.quota_open_retrievals,
+            settings.quota_write_rate,
+            settings.quota_write_burst,
+            settings.quota_read_rate,
+            settings.quota_read_burst,
         )
     return Limits(
         _or(override.open_retrievals, settings.quota_open_retrievals),
         _or(override.write_rate, settings.quota_write_rate),
         _or(override.write_burst, settings.quota_write_burst),
+        _or(override.read_rate, settings.quota_read_rate),
+        _or(override.read_burst, settings.quota_read_burst),
     )
 
 
@@ -194,6 +219,9 @@ class _Lease:
     tokens: int = 0
     until: float = 0.0  # monotonic; unused tokens go back with the next take after it
     used: int = 0  # taken from this lease so far
+    #: Monotonic time before which the bucket, found empty, cannot grant a token: singles
+    #: until then are refused here, without asking Redis again.
+    dry_until: float = 0.0
 
 
 class RateLimiter:
@@ -205,10 +233,15 @@ class RateLimiter:
     a replay's token (taken, then given back) costs no round trip at all. What a lease does not
     use within LEASE_SECONDS goes back to the bucket with the process's next take; the bucket
     never grants more than its rate, and another process can find it short by at most what
-    the leases hold, for at most LEASE_SECONDS.
+    the leases hold, for at most LEASE_SECONDS. A single refused for want of a token notes
+    when the bucket will hold one again; the singles before then are refused without Redis.
+
+    The bucket's rate and size are the `write_rate` and `write_burst` of the Limits given (the
+    read limiter is given `Limits.reads()`), its key `prefix` + the workspace.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = BUCKET_PREFIX) -> None:
+        self._prefix = prefix
         self._client: tuple[int, str, redis.Redis] | None = None
         self._script: Any = None
         self._quiet_until = 0.0
@@ -234,7 +267,7 @@ class RateLimiter:
         try:
             self._redis()
             granted, left = self._script(
-                keys=[f"{BUCKET_PREFIX}{workspace_id}"],
+                keys=[f"{self._prefix}{workspace_id}"],
                 args=[limits.write_rate, limits.write_burst, want, returned],
             )
         except (redis.RedisError, OSError) as exc:
@@ -276,6 +309,8 @@ class RateLimiter:
                 lease.tokens -= 1
                 lease.used += 1
                 return Grant(1, None)
+            if now < lease.dry_until:
+                return Grant(0, retry_seconds(lease.dry_until - now))
             # A new lease: the last one's unused tokens go back with this take.
             want = lease_size(lease.used, now < lease.until, limits)
             answer = self._take(workspace_id, limits, want, lease.tokens)
@@ -284,7 +319,9 @@ class RateLimiter:
             granted, left = answer
             lease.tokens, lease.until, lease.used = 0, now + LEASE_SECONDS, 0
             if not granted:
-                return Grant(0, retry_seconds(shortfall_wait(1, left, limits)))
+                wait = shortfall_wait(1, left, limits)
+                lease.dry_until = now + wait
+                return Grant(0, retry_seconds(wait))
             lease.tokens, lease.used = granted - 1, 1
             return Grant(1, None)
 
@@ -293,8 +330,9 @@ class RateLimiter:
         single's into its live lease, more straight to the bucket."""
         if unused <= 0:
             return
+        lease = self._lease(workspace_id)
+        lease.dry_until = 0.0  # tokens came back: the bucket is no longer known to be empty
         if unused == 1:
-            lease = self._lease(workspace_id)
             with lease.lock:
                 if time.monotonic() < lease.until:
                     lease.tokens, lease.used = lease.tokens + 1, max(0, lease.used - 1)
@@ -307,4 +345,6 @@ class RateLimiter:
         self._leases = {}
 
 
+#: The write rate (new retrievals) and the read rate (polls and reads), one bucket each.
 limiter = RateLimiter()
+readers = RateLimiter(READ_BUCKET_PREFIX)

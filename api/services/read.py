@@ -22,6 +22,7 @@ from api.read_schemas import (
     ImageGetRequest,
     ImageSearchRequest,
 )
+from api.services.read_admission import admit_read_side
 from worker.store import briefs
 from worker.store import chunks as chunk_store
 from worker.store import images as image_store
@@ -34,6 +35,7 @@ def search_chunks(
     principal.require(None)
     if not principal.can_read(request.workspace):
         return {"result": {"chunks": []}}
+    admit_read_side(principal, request.workspace)
     chunks = chunk_store.search_chunks(
         session,
         request.workspace,
@@ -48,6 +50,7 @@ def search_chunks(
 def get_chunk(session: Session, principal: Principal, chunk_id: str) -> dict[str, Any]:
     """research_get_chunk: one passage by id (score 0.0), or a null miss."""
     principal.require(None)
+    admit_read_side(principal)
     found = chunk_store.get_chunk(session, chunk_id)
     if found is None or not principal.can_read(found[0]):
         return {"result": {"chunk": None}}
@@ -61,6 +64,7 @@ def search_images(
     principal.require(None)
     if not principal.can_read(request.workspace):
         return {"result": {"images": []}}
+    admit_read_side(principal, request.workspace)
     images = image_store.search_images(
         session, request.workspace, request.query, limit=request.limit
     )
@@ -72,6 +76,7 @@ def find_image(
 ) -> dict[str, Any] | None:
     """research_get_image's lookup: the image, or None for an id this key cannot see."""
     principal.require(None)
+    admit_read_side(principal)
     found = image_store.get_image(session, request.image_id)
     if found is None or not principal.can_read(found[0]):
         return None
@@ -91,6 +96,7 @@ def get_brief(session: Session, principal: Principal, request: BriefGetRequest) 
     principal.require(None)
     brief = None
     if principal.can_read(request.workspace):
+        admit_read_side(principal, request.workspace)
         brief = briefs.read_brief(
             session, request.workspace, uuid.UUID(request.id), request.revision
         )

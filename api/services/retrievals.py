@@ -20,6 +20,7 @@ from api.auth import Principal, authenticate
 from api.errors import ApiError, invalid_input, not_found
 from api.schemas import RetrieveRequest
 from api.services import admission as quotas
+from api.services import read_admission
 from api.services.counters import RETRIEVALS_CREATED
 from api.services.evidence_payload import (
     RetrievalDoc,
@@ -107,6 +108,12 @@ def submit_retrieval(
     of the workspace's write rate, and room under its open ceiling (a replay needs none).
     """
     principal.require(request.workspace)
+    # A replay is a poll: it takes a read token, before the database when this process has
+    # answered the mutation before (a refused one from memory), else once the replay is known.
+    replay = read_admission.replay_subject(request.workspace, request.mutation)
+    paid = replay is not None
+    if paid:
+        read_admission.admit(request.workspace, replay)
     settings = get_settings()
     limits = quotas.limits_for(request.workspace)
     grant = quotas.limiter.take(request.workspace, 1, limits)
@@ -139,6 +146,11 @@ def submit_retrieval(
             publish_new(row.id, row.lane)
     else:
         quotas.limiter.refund(request.workspace, grant.granted, limits)
+    read_admission.answered(request.workspace, request.mutation)
+    read_admission.learn(row.id, row.workspace_id)
+    if not created and not paid:
+        subject = read_admission.mutation_subject(request.mutation)
+        read_admission.admit(request.workspace, subject)
     return Submitted(retrieval_payload(row), created, row.lane, unpublished)
 
 
@@ -224,6 +236,7 @@ def read_evidence(
 ) -> dict[str, Any]:
     """One evidence revision (latest by default) with the list of revisions."""
     principal.require(None)
+    read_admission.admit_read_side(principal)
     evidence = evidence_store.get_evidence(session, evidence_id)
     if evidence is None or not principal.can_read(evidence.workspace_id):
         raise not_found("no such evidence")

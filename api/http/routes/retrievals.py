@@ -19,7 +19,7 @@ from api.schemas import (
     RetrieveRequest,
     UuidParam,
 )
-from api.services import retrievals, waiters
+from api.services import read_admission, retrievals, waiters
 from api.services import retrieve_batch as batch
 from api.services.cache_control import parse_max_age
 from api.services.evidence_payload import RetrievalDoc, RetrievalPayload
@@ -125,10 +125,21 @@ async def get_retrieval(
 ) -> JSONResponse:
     """The retrieval as it stands now; with `Prefer: wait=N`, once it settles (or after N s)."""
 
-    def read() -> tuple[RetrievalPayload, int | None]:
+    def plain_read() -> tuple[RetrievalPayload, int | None]:
         with read_only_session() as session:
             return retrievals.read_retrieval_advised(session, principal, retrieval_id)
 
+    # Admitted per workspace (api.services.read_admission): an early poll is refused from memory,
+    # and a long-poll takes its token once, with its first read.
+    charged = read_admission.workspace_for(principal, retrieval_id)
+    await read_admission.hold_early(charged, str(retrieval_id))
+    read = read_admission.charged_once(
+        plain_read,
+        principal,
+        charged,
+        str(retrieval_id),
+        lambda answer: _owners([answer[0]["retrieval"]]),
+    )
     wait = waiters.parse_prefer_wait(prefer or ())
     if wait is None:
         payload, retry_after = await run_in_threadpool(read)
@@ -154,10 +165,15 @@ async def batch_get(
     """
     ids = [uuid.UUID(text) for text in body.ids]
 
-    def read() -> list[RetrievalDoc | None]:
+    def plain_read() -> list[RetrievalDoc | None]:
         with read_only_session() as session:
             return retrievals.read_retrievals(session, principal, ids)
 
+    charged = read_admission.workspace_for(principal)
+    subject = read_admission.ids_subject(ids)
+    await read_admission.hold_early(charged, subject)
+    tokens = read_admission.batch_get_tokens(len(ids))
+    read = read_admission.charged_once(plain_read, principal, charged, subject, _owners, tokens)
     wait = waiters.parse_prefer_wait(prefer or ())
     if wait is None:
         found = await run_in_threadpool(read)
@@ -179,6 +195,11 @@ def cancel_retrieval(retrieval_id: UuidParam, principal: PrincipalDep) -> JSONRe
     """Cancel a pending or running retrieval."""
     payload = retrievals.cancel_retrieval(principal, retrieval_id)
     return _answer(payload, 200, retrievals.retry_after(payload))
+
+
+def _owners(found: list[RetrievalDoc | None]) -> dict[uuid.UUID, uuid.UUID]:
+    """The workspace of each retrieval read (what read admission charges and learns)."""
+    return {uuid.UUID(r["id"]): uuid.UUID(r["workspace_id"]) for r in found if r is not None}
 
 
 def _settled(retrieval: RetrievalDoc) -> bool:
