@@ -1,0 +1,175 @@
+"""Read admission: polls and reads per workspace within a rate, 429 `rate_limited` over it; an
+early poll answered from memory; a long-poll counted once; overrides applied within seconds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import sqlalchemy as sa
+
+from api.services import admission as quotas
+from api.services import read_admission
+from tests.conftest import Env
+from tests.support.factories import Api, body, cancel_open, check_envelope, make_key, parked
+from tests.support.services import ROOT, wait_for
+from worker.domain import clock
+from worker.lanes import quota_overrides as quota_store
+from worker.store import db
+
+pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services")]
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch, workspace: uuid.UUID) -> Iterator[None]:
+    """Each test sees the overrides it sets; early polls are held briefly (speed only)."""
+    monkeypatch.setattr(read_admission, "HOLD_SECONDS", 0.05)
+    quotas.overrides.clear()
+    quotas.readers.reset()
+    read_admission.reset()
+    yield
+    cancel_open(workspace)
+    quotas.overrides.clear()
+    quotas.readers.reset()
+    read_admission.reset()
+
+
+def read_quota(workspace: uuid.UUID, rate: float, burst: int) -> None:
+    """Set the workspace's read rate as `evidence quotas set --read-rate --read-burst` does."""
+    wanted = quota_store.Override(workspace, None, None, None, read_rate=rate, read_burst=burst)
+    db.with_transient_retry(lambda s: quota_store.set_override(s, wanted, clock.now()))
+
+
+def refused(response: httpx.Response) -> int:
+    """The 429's Retry-After, checked against its envelope."""
+    error = check_envelope(response, 429, "rate_limited")
+    seconds = error["details"]["retry_after_seconds"]
+    assert isinstance(seconds, int) and seconds >= 1
+    assert response.headers["Retry-After"] == str(seconds)
+    return seconds
+
+
+class Queries:
+    """Statements the process's engine runs (the API key lookup left out: it is cached per key
+    for a few seconds, and a slow machine may let that lapse between two requests)."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+
+    def __enter__(self) -> Queries:
+        sa.event.listen(db.get_engine(), "before_cursor_execute", self._seen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sa.event.remove(db.get_engine(), "before_cursor_execute", self._seen)
+
+    def _seen(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if "api_key" not in statement:
+            self.statements.append(statement)
+
+
+def script_calls(env: Env) -> int:
+    """Lua scripts (token buckets) Redis has run so far."""
+    stats: dict[str, dict[str, int]] = redis.Redis.from_url(env.redis.url).info("commandstats")  # type: ignore[assignment]
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+class TestPolls:
+    def test_over_the_rate_is_429_and_another_workspace_is_not(
+        self, api: Api, http: Any, workspace: uuid.UUID
+    ) -> None:
+        """Two GETs in the burst of two; the third is 429 with the envelope and the header; a
+        second workspace with the same quota still has its own two."""
+        read_quota(workspace, 0.01, 2)
+        [retrieval_id] = parked(workspace)
+        assert [api.get(retrieval_id).status_code for _ in range(2)] == [200, 200]
+        refused(api.get(retrieval_id))
+        other = uuid.uuid4()
+        read_quota(other, 0.01, 2)
+        other_api = Api(http, make_key([other]))
+        [theirs] = parked(other)
+        try:
+            assert [other_api.get(theirs).status_code for _ in range(2)] == [200, 200]
+            refused(other_api.get(theirs))
+        finally:
+            cancel_open(other)
+
+    def test_an_early_poll_touches_neither_database_nor_redis(
+        self, api: Api, env: Env, workspace: uuid.UUID
+    ) -> None:
+        """Refused once, the same poll before its Retry-After is refused from memory: no
+        statement, no bucket script; a replayed POST alike."""
+        read_quota(workspace, 0.01, 1)
+        [retrieval_id] = parked(workspace)
+        assert api.get(retrieval_id).status_code == 200
+        retry_after = refused(api.get(retrieval_id))
+        payload = body("https://example.org/early", workspace)
+        assert api.post(payload).status_code == 202  # a new one: the write rate's, not a read
+        refused(api.post(payload))  # its replay is a read: none left
+        scripts = script_calls(env)
+        with Queries() as queries:
+            assert refused(api.get(retrieval_id)) <= retry_after
+            refused(api.post(payload))
+        assert queries.statements == []
+        assert script_calls(env) == scripts
+
+    def test_a_long_poll_counts_once(self, api: Api, workspace: uuid.UUID) -> None:
+        """A wait that reads three times (start, a cancel's notification, the end) takes one
+        token of two: one plain GET is still answered, the next is not."""
+        read_quota(workspace, 0.01, 2)
+        [waited, cancelled] = parked(workspace, 2)
+        answers: list[httpx.Response] = []
+        waiting = threading.Thread(target=lambda: answers.append(api.long_poll(waited, "wait=2")))
+        waiting.start()
+        api.cancel(cancelled)  # cancels are not limited
+        waiting.join()
+        assert answers[0].status_code == 200
+        assert answers[0].headers["Preference-Applied"] == "wait=2"
+        assert api.get(cancelled).status_code == 200
+        refused(api.get(waited))
+
+    def test_batch_get_costs_a_token_per_hundred_ids(self, api: Api, workspace: uuid.UUID) -> None:
+        """150 ids cost two tokens of three: one GET more is answered, then 429, as is the
+        same batch-get again."""
+        read_quota(workspace, 0.01, 3)
+        [retrieval_id] = parked(workspace)
+        ids = [retrieval_id, *(str(uuid.uuid4()) for _ in range(149))]
+        assert api.batch_get(ids).status_code == 200
+        assert api.get(retrieval_id).status_code == 200
+        refused(api.get(retrieval_id))
+        refused(api.batch_get(ids))
+
+    def test_the_read_side_is_admitted(self, api: Api, http: Any, workspace: uuid.UUID) -> None:
+        """Evidence by id and passage search take their workspace's tokens too."""
+        read_quota(workspace, 0.01, 2)
+        assert api.evidence(str(uuid.uuid4())).status_code == 404  # a miss costs a token too
+        search = {"workspace_id": str(workspace), "query": "anything"}
+        answered = http.post("/research-api/chunks/search", json=search, headers=api.headers)
+        assert answered.status_code == 200
+        refused(api.evidence(str(uuid.uuid4())))
+        refused(http.post("/research-api/chunks/search", json=search, headers=api.headers))
+
+
+def test_overrides_apply_within_seconds(api: Api, workspace: uuid.UUID) -> None:
+    """`evidence quotas set --read-rate --read-burst` takes effect within the override cache's
+    few seconds, and `quotas show` lists it."""
+    [retrieval_id] = parked(workspace)
+    assert api.get(retrieval_id).status_code == 200  # the defaults are now cached
+    command = [sys.executable, "-m", "api.cli", "quotas", "set", "--workspace", str(workspace)]
+    command += ["--read-rate", "0.01", "--read-burst", "1"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith(str(workspace)))
+    assert row.split()[-3:-1] == ["0.01", "1"]  # read /s, read burst; then open now
+    wait_for(
+        lambda: api.get(retrieval_id).status_code == 429,
+        timeout=quotas.OVERRIDE_CACHE_SECONDS + 10,
+        interval=0.2,
+    )
