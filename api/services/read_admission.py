@@ -10,9 +10,10 @@ notifications are free), a replayed POST (and the MCP retrieve tool's replay), a
 Over the rate the answer is the write rate's 429 (`rate_limited`, `retry_after_seconds`,
 `Retry-After`). Each API process notes what it refused, per workspace and subject (a retrieval
 id, a mutation id, a batch-get's ids): asked again before the `Retry-After` it was given, it
-answers 429 from that note, with neither Redis nor the database; a GET or batch-get (async
-routes) is first held for up to HOLD_SECONDS, so that a client polling in a loop on N
-connections makes at most about N of these a second. The note is per process on purpose:
+answers 429 from that note, with neither Redis nor the database. On the async routes (GET,
+batch-get) every read refusal is held up to HOLD_SECONDS before it is answered, so that a
+client polling in a loop on N connections gets at most about N a second. The note is per
+process on purpose:
 another process that has not seen the refusal asks the bucket, which is shared in Redis, so
 the workspace never gets more than its rate across processes; sharing the notes would cost
 every early poll a Redis round trip to save at most one per process.
@@ -26,11 +27,12 @@ to the workspace of what it read (a miss: the lowest of its workspaces).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TypeVar
 
 from api.auth import Principal
@@ -38,6 +40,7 @@ from api.errors import ApiError
 from api.services import admission as quotas
 
 P = TypeVar("P")
+_sleep = asyncio.sleep  # what a hold awaits (a test records it)
 
 #: Longest an early poll (one back before its Retry-After) is held before its 429, in seconds.
 HOLD_SECONDS = 1.0
@@ -151,14 +154,18 @@ def check(workspace_id: uuid.UUID, subject: str | None) -> None:
             raise _early(left)
 
 
-async def hold_early(workspace_id: uuid.UUID | None, subject: str | None) -> None:
-    """`check` for async routes: an early poll is held up to HOLD_SECONDS before its 429."""
-    if workspace_id is None or subject is None:
-        return
-    left = notes.remaining(workspace_id, subject)
-    if left > 0:
-        await asyncio.sleep(min(HOLD_SECONDS, left))
-        raise _early(notes.remaining(workspace_id, subject))
+@contextlib.asynccontextmanager
+async def held() -> AsyncIterator[None]:
+    """Around an async route's admission and read: a read refusal (429) is answered only after
+    up to HOLD_SECONDS (never longer than its Retry-After), so that a client asking again at
+    once on N connections gets at most about N refusals a second, and costs a sleeping
+    coroutine meanwhile rather than a busy CPU."""
+    try:
+        yield
+    except ApiError as exc:
+        if exc.code == "rate_limited" and exc.retry_after:
+            await _sleep(min(HOLD_SECONDS, exc.retry_after))
+        raise
 
 
 def admit(workspace_id: uuid.UUID, subject: str | None = None, tokens: int = 1) -> None:

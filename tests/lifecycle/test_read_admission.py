@@ -120,6 +120,26 @@ class TestPolls:
         assert queries.statements == []
         assert script_calls(env) == scripts
 
+    def test_refusals_are_held_before_they_are_answered(
+        self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A refused GET and batch-get (the bucket's, then the note's) each wait out the hold
+        before their 429; an admitted GET does not."""
+        holds: list[float] = []
+
+        async def hold(seconds: float) -> None:
+            holds.append(seconds)
+
+        monkeypatch.setattr(read_admission, "_sleep", hold)
+        read_quota(workspace, 0.01, 1)
+        [retrieval_id] = parked(workspace)
+        assert api.get(retrieval_id).status_code == 200
+        assert holds == []
+        refused(api.get(retrieval_id))  # the bucket's refusal
+        refused(api.get(retrieval_id))  # the note's
+        refused(api.batch_get([retrieval_id]))
+        assert holds == [read_admission.HOLD_SECONDS] * 3
+
     def test_a_long_poll_counts_once(self, api: Api, workspace: uuid.UUID) -> None:
         """A wait that reads three times (start, a cancel's notification, the end) takes one
         token of two: one plain GET is still answered, the next is not."""

@@ -130,9 +130,8 @@ async def get_retrieval(
             return retrievals.read_retrieval_advised(session, principal, retrieval_id)
 
     # Admitted per workspace (api.services.read_admission): an early poll is refused from memory,
-    # and a long-poll takes its token once, with its first read.
+    # a refusal is held before it is answered, and a long-poll takes its token once.
     charged = read_admission.workspace_for(principal, retrieval_id)
-    await read_admission.hold_early(charged, str(retrieval_id))
     read = read_admission.charged_once(
         plain_read,
         principal,
@@ -141,12 +140,15 @@ async def get_retrieval(
         lambda answer: _owners([answer[0]["retrieval"]]),
     )
     wait = waiters.parse_prefer_wait(prefer or ())
-    if wait is None:
-        payload, retry_after = await run_in_threadpool(read)
-    else:
-        payload, retry_after = await waiters.wait_until(
-            read, [str(retrieval_id)], lambda answer: _settled(answer[0]["retrieval"]), wait
-        )
+    async with read_admission.held():
+        if charged is not None:
+            read_admission.check(charged, str(retrieval_id))
+        if wait is None:
+            payload, retry_after = await run_in_threadpool(read)
+        else:
+            payload, retry_after = await waiters.wait_until(
+                read, [str(retrieval_id)], lambda answer: _settled(answer[0]["retrieval"]), wait
+            )
     return _applied(_answer(payload, 200, retry_after), wait)
 
 
@@ -171,22 +173,24 @@ async def batch_get(
 
     charged = read_admission.workspace_for(principal)
     subject = read_admission.ids_subject(ids)
-    await read_admission.hold_early(charged, subject)
     tokens = read_admission.batch_get_tokens(len(ids))
     read = read_admission.charged_once(plain_read, principal, charged, subject, _owners, tokens)
+    first_open: list[int] = []
+
+    def changed(answer: list[RetrievalDoc | None]) -> bool:
+        still_open = sum(1 for item in answer if item is not None and not _settled(item))
+        if not first_open:
+            first_open.append(still_open)
+        return still_open == 0 or still_open < first_open[0]
+
     wait = waiters.parse_prefer_wait(prefer or ())
-    if wait is None:
-        found = await run_in_threadpool(read)
-    else:
-        first_open: list[int] = []
-
-        def changed(answer: list[RetrievalDoc | None]) -> bool:
-            still_open = sum(1 for item in answer if item is not None and not _settled(item))
-            if not first_open:
-                first_open.append(still_open)
-            return still_open == 0 or still_open < first_open[0]
-
-        found = await waiters.wait_until(read, [str(i) for i in ids], changed, wait)
+    async with read_admission.held():
+        if charged is not None:
+            read_admission.check(charged, subject)
+        if wait is None:
+            found = await run_in_threadpool(read)
+        else:
+            found = await waiters.wait_until(read, [str(i) for i in ids], changed, wait)
     return _applied(JSONResponse({"retrievals": found}), wait)
 
 
