@@ -151,6 +151,9 @@ class Settings(BaseSettings):
     webhook_endpoint_concurrency: int = Field(default=2, ge=1, le=100)
     #: Endpoints a workspace may register.
     webhook_max_endpoints: int = Field(default=20, ge=1)
+    #: Deliveries attempted or queued at once, fleet-wide (one workspace holds at most half):
+    #: the most worker threads webhooks take from retrievals (docs/webhooks.md).
+    webhook_max_in_flight: int = Field(default=32, ge=2)
 
     # MCP server (`evidence mcp`).
     #: How long a retrieve tool call waits for its retrieval to settle before answering.
