@@ -13,7 +13,7 @@ from standardwebhooks import Webhook
 
 from worker.domain import clock
 from worker.store import db
-from worker.webhooks import endpoints, policy, signing
+from worker.webhooks import dispatch, endpoints, policy, signing
 from worker.webhooks import records as store
 
 LEASE = timedelta(seconds=10)
@@ -133,9 +133,11 @@ class TestClaims:
         db.with_transient_retry(lambda s: store.mark_unpublished(s, [due]))
         assert db.with_transient_retry(lambda s: store.fail_expired(s, now)) >= 1
         assert _row(stale).state == "failed"
-        with db.session_scope() as session:
-            ids, never = store.due_for_publish(session, now, timedelta(minutes=1), 10_000)
-        assert due in ids and due in never and stale not in ids
+        limits = dispatch.Limits(endpoint=2, in_flight=10_000)
+        ids = db.with_transient_retry(
+            lambda s: dispatch.pick(s, now, timedelta(minutes=1), limits, 10, [endpoint_id])
+        )
+        assert ids == [due] and _row(due).published_at is not None
 
 
 def _fail(attempt: store.Attempt, now: datetime, retry_in: timedelta) -> store.FailureOutcome:

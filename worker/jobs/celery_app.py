@@ -36,7 +36,8 @@ WEBHOOK_QUEUE = "webhooks"
 LANE_QUEUES = {"interactive": INTERACTIVE_QUEUE, "batch": BATCH_QUEUE}
 #: The order a worker takes messages in when several of its queues hold some: the sweep (rare
 #: and cheap, and it must not starve behind a backlog), then interactive, then webhooks (short,
-#: bounded sends), then batch.
+#: bounded sends, and never more than EVIDENCE_WEBHOOK_MAX_IN_FLIGHT messages at once, so they
+#: cannot starve the batch lane: `worker.webhooks.dispatch`), then batch.
 QUEUE_PRIORITY = (SWEEP_QUEUE, INTERACTIVE_QUEUE, WEBHOOK_QUEUE, BATCH_QUEUE)
 #: What `evidence worker` consumes by default, and the retrieval workers of the Procfile.
 RETRIEVAL_QUEUES = f"{INTERACTIVE_QUEUE},{BATCH_QUEUE}"

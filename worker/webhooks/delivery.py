@@ -1,13 +1,14 @@
 """Webhook delivery: one attempt of a delivery, claimed, signed, sent and recorded.
 
 A settle writes its delivery rows in its own transaction (`worker.webhooks.records`); once it
-commits they are published (`worker.jobs.webhook_outbox`), one message per delivery on the
-`webhooks` queue. The deliver task claims one attempt (fenced, leased, at most
-`EVIDENCE_WEBHOOK_ENDPOINT_CONCURRENCY` in flight per endpoint), signs and sends it through the
-egress guard, and records the outcome; a failure is retried by the sweep once its back-off has
-passed (no Celery countdown: an ETA message lives in a worker's memory and dies with it). A broker
-outage, a killed worker or a receiver outage leaves rows the sweep republishes; a retry keeps the
-delivery's id.
+commits, those its endpoint has room for are published (`worker.jobs.webhook_outbox`,
+`worker.webhooks.dispatch`), one message per delivery on the `webhooks` queue. The deliver task
+claims one attempt (fenced, leased, at most `EVIDENCE_WEBHOOK_ENDPOINT_CONCURRENCY` in flight per
+endpoint), signs and sends it through the egress guard, and records the outcome; a success
+publishes the endpoint's next due delivery, a failure is retried by the sweep once its back-off
+has passed (no Celery countdown: an ETA message lives in a worker's memory and dies with it). A
+broker outage, a killed worker or a receiver outage leaves rows the sweep republishes; a retry
+keeps the delivery's id.
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ def run_delivery(delivery_id: uuid.UUID) -> dict[str, Any]:
         lambda s: store.claim(s, delivery_id, now, lease, settings.webhook_endpoint_concurrency)
     )
     if attempt is None:
-        # Not due, settled, held elsewhere, or its endpoint is busy or disabled: if it is still
-        # to send, the sweep publishes it again (never two messages waiting on one lease).
+        # Not due, settled, held elsewhere, or its endpoint is busy or disabled (rare: only what
+        # can be attempted is published): if it is still to send, it is published again once
+        # due with room (never two messages waiting on one lease).
         db.with_transient_retry(lambda s: store.defer(s, delivery_id, now))
         log.info("webhook_claim_skipped", delivery_id=str(delivery_id))
         return {"delivery_id": str(delivery_id), "outcome": "skipped"}

@@ -1,11 +1,13 @@
 """Webhook deliveries: an outbox fenced like retrievals (endpoints: `worker.webhooks.endpoints`).
 
 A delivery row is written in the transaction that settles its retrieval (`record_settled`, called
-by every settle path of `worker.retrieval.transitions`), and handed to the broker after that
-commit (by the publisher the Celery layer installs, `install_publisher`). A worker claims one
+by every settle path of `worker.retrieval.transitions`). After that commit its endpoint is handed
+to the publisher the Celery layer installs (`install_publisher`), which publishes what the
+endpoint has room for (`worker.webhooks.dispatch`); a delivered attempt does the same for its
+endpoint, so a healthy endpoint's deliveries follow each other at once. A worker claims one
 attempt with a guarded UPDATE that bumps `attempts` (the fencing token) and takes a lease; the
-attempt's outcome is written only if `attempts` is still the one it claimed. The sweep republishes
-what is due and never reached a worker.
+attempt's outcome is written only if `attempts` is still the one it claimed. The sweep publishes
+what is due, has room and never reached a worker.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 DELIVERY_STATES = (PENDING, DELIVERED, FAILED)
 #: Longest error text kept on a delivery.
 MAX_ERROR_CHARS = 500
-#: Session.info key of the deliveries a transaction wrote, published after its commit.
-_STAGED = "webhook_deliveries"
+#: Session.info key of the endpoints a transaction gave work (new, redelivered or a delivered
+#: attempt's room), whose due deliveries are published after its commit.
+_STAGED = "webhook_endpoints"
 
 
 # Recording (inside the settle's transaction).
@@ -84,7 +87,8 @@ def record_settled(
             "attempts": 0,
             "next_attempt_at": now,
             "retry_until": now + window,
-            "published_at": now,
+            # Published after the commit if its endpoint has room, else when it has.
+            "published_at": None,
             "created_at": now,
         }
         for endpoint_id, retrieval_id, workspace_id in targets
@@ -95,37 +99,37 @@ def record_settled(
         .returning(DELIVERY.c.id)
     )
     ids = list(session.execute(stmt, rows).scalars())
-    _stage(session, ids)
+    if ids:
+        _stage(session, {endpoint_id for endpoint_id, _, _ in targets})
     return ids
 
 
-def _stage(session: Session, ids: list[uuid.UUID]) -> None:
-    """Publish `ids` after `session` commits (never if it rolls back)."""
-    if not ids:
-        return
+def _stage(session: Session, endpoint_ids: set[uuid.UUID]) -> None:
+    """Publish these endpoints' due deliveries after `session` commits (never if it rolls
+    back)."""
     staged = session.info.get(_STAGED)
     if staged is None:
-        staged = session.info[_STAGED] = []
+        staged = session.info[_STAGED] = set()
         event.listen(session, "after_commit", _after_commit)
         event.listen(session, "after_rollback", _after_rollback)
-    staged.extend(ids)
+    staged.update(endpoint_ids)
 
 
-#: What publishes deliveries once their rows committed: installed by the Celery layer
+#: What publishes endpoints' due deliveries after a commit: installed by the Celery layer
 #: (`worker.jobs.webhook_outbox`), which the records never import.
 _publisher: Callable[[list[uuid.UUID]], None] | None = None
 
 
 def install_publisher(publish: Callable[[list[uuid.UUID]], None]) -> None:
-    """Publish staged deliveries with `publish` after each commit that wrote some."""
+    """After each commit that gave endpoints work, publish with `publish(endpoint_ids)`."""
     global _publisher
     _publisher = publish
 
 
 def _after_commit(session: Session) -> None:
-    ids = session.info.pop(_STAGED, None)
-    if ids and _publisher is not None:  # without one, the webhook sweep publishes them
-        _publisher(list(ids))
+    endpoint_ids = session.info.pop(_STAGED, None)
+    if endpoint_ids and _publisher is not None:  # without one, the webhook sweep publishes
+        _publisher(sorted(endpoint_ids))
 
 
 def _after_rollback(session: Session) -> None:
@@ -215,7 +219,8 @@ def claim(
 
 
 def defer(session: Session, delivery_id: uuid.UUID, now: datetime) -> None:
-    """A claim refused for a busy endpoint: leave it to the next sweep (published_at NULL)."""
+    """A claim refused (its endpoint busy, or not due): no message carries it any more
+    (published_at NULL); it is published again once it is due and its endpoint has room."""
     session.execute(
         sa.update(DELIVERY)
         .where(
@@ -245,6 +250,9 @@ def delivered(session: Session, attempt: Attempt, status: int, now: datetime) ->
         .where(ENDPOINT.c.id == attempt.endpoint_id, ENDPOINT.c.failing_since.is_not(None))
         .values(failing_since=None)
     )
+    # Its slot is free: the endpoint's next due delivery goes at once. A failed attempt frees
+    # its slot for the sweep only, so a failing endpoint is tried at the sweep's pace.
+    _stage(session, {attempt.endpoint_id})
     return True
 
 
@@ -329,41 +337,8 @@ def fail_expired(session: Session, now: datetime) -> int:
     )
 
 
-def due_for_publish(
-    session: Session, now: datetime, republish_after: timedelta, limit: int
-) -> tuple[list[uuid.UUID], set[uuid.UUID]]:
-    """Due deliveries of enabled endpoints that no worker holds and no fresh message carries:
-    (ids, the never-published ones among them)."""
-    stmt = (
-        sa.select(DELIVERY.c.id, DELIVERY.c.published_at)
-        .where(
-            DELIVERY.c.state == PENDING,
-            DELIVERY.c.next_attempt_at <= now,
-            sa.or_(DELIVERY.c.lease_until.is_(None), DELIVERY.c.lease_until < now),
-            sa.or_(
-                DELIVERY.c.published_at.is_(None),
-                DELIVERY.c.published_at < now - republish_after,
-            ),
-            DELIVERY.c.endpoint_id.in_(sa.select(ENDPOINT.c.id).where(ENDPOINT.c.enabled)),
-        )
-        .order_by(DELIVERY.c.published_at.is_not(None), DELIVERY.c.next_attempt_at)
-        .limit(limit)
-    )
-    if db.dialect(session) == db.POSTGRESQL:
-        stmt = stmt.with_for_update(skip_locked=True, of=DELIVERY)
-    rows = session.execute(stmt).all()
-    return [row.id for row in rows], {row.id for row in rows if row.published_at is None}
-
-
-def mark_published(session: Session, ids: Sequence[uuid.UUID], now: datetime) -> None:
-    if ids:
-        session.execute(
-            sa.update(DELIVERY).where(DELIVERY.c.id.in_(list(ids))).values(published_at=now)
-        )
-
-
 def mark_unpublished(session: Session, ids: Sequence[uuid.UUID]) -> None:
-    """The broker did not take them: the sweep publishes them (NULLs first)."""
+    """The broker did not take them: no message carries them (the sweep publishes them)."""
     if ids:
         session.execute(
             sa.update(DELIVERY)
@@ -406,13 +381,13 @@ def redeliver(
             next_attempt_at=now,
             retry_until=now + window,
             lease_until=None,
-            published_at=now,
+            published_at=None,
         )
         .returning(*DELIVERY.columns)
     )
     row = session.execute(stmt).one_or_none()
     if row is not None:
-        _stage(session, [row.id])
+        _stage(session, {row.endpoint_id})
     return row
 
 
