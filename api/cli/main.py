@@ -10,7 +10,7 @@ import signal
 import tempfile
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import structlog
 import typer
@@ -45,6 +45,38 @@ def _configure_logging() -> None:
 
     settings = get_settings()
     logs.configure(settings.log_level, settings.log_json)
+
+
+def _cpu_share_option(envvar: str, modes: str) -> Any:
+    """`--cpu-share` of `evidence api` and `evidence worker` (worker/platform/cpu_share.py)."""
+    return typer.Option(
+        envvar=envvar,
+        help=f"The floor under a saturated CPU: {modes}.",
+    )
+
+
+def _cpu_weight_option(side: str, envvar: str) -> Any:
+    return typer.Option(
+        min=1, max=10_000, envvar=envvar, help=f"The {side}'s cgroup CPU weight (100 = default)."
+    )
+
+
+def _share_cpu(role: str, mode: str, weight: int, nice: int) -> None:
+    """Apply the CPU share mode before any process or thread starts (all inherit it); log it."""
+    # Imported when the command runs: `evidence --help` and the other commands stay quick.
+    from worker.platform import cpu_share
+
+    modes = cpu_share.MODES if role == "worker" else ("weight", "none")
+    if mode not in modes:
+        typer.echo(f"--cpu-share must be one of {', '.join(modes)}", err=True)
+        raise typer.Exit(2)
+    applied = cpu_share.apply(role, mode, weight=weight, nice=nice)
+    _configure_logging()
+    log = structlog.get_logger(f"evidence.{role}")
+    if applied.refused:
+        log.warning("cpu_share_fallback", asked=mode, reason=applied.refused, **vars(applied))
+    else:
+        log.info("cpu_share", **vars(applied))
 
 
 def _interruptible() -> None:
@@ -91,6 +123,14 @@ def api(
             show_default=False,
         ),
     ] = None,
+    cpu_share: Annotated[
+        str,
+        _cpu_share_option(
+            "EVIDENCE_API_CPU_SHARE",
+            "weight (a cgroup with --cpu-weight, where one can be made) or none",
+        ),
+    ] = "weight",
+    cpu_weight: Annotated[int, _cpu_weight_option("API", "EVIDENCE_API_CPU_WEIGHT")] = 200,
 ) -> None:
     """Serve the HTTP API."""
     # Imported when the command runs: `evidence --help` and the other commands stay quick.
@@ -98,7 +138,7 @@ def api(
     from api.serving import server as serving
 
     workers = workers or api_processes()
-    _configure_logging()
+    _share_cpu("api", cpu_share, cpu_weight, 0)
     os.environ["EVIDENCE_API_WORKERS"] = str(workers)  # read by each process (poll advice)
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Each process counts only the requests it answers: without a directory they all
@@ -138,22 +178,27 @@ def worker(
         ),
     ] = None,
     hostname: Annotated[str | None, typer.Option(help="Node name (unique per worker).")] = None,
-    nice: Annotated[
-        int, typer.Option(help="Lower the workers' CPU priority (keeps a shared API responsive).")
-    ] = 0,
     pool: Annotated[
         str | None,
         typer.Option(help="threads (default, EVIDENCE_WORKER_POOL) or prefork."),
     ] = None,
-    idle: Annotated[
-        bool,
-        typer.Option(
-            "--idle",
-            help="Run the workers and their extraction processes at Linux's idle CPU priority "
-            "(SCHED_IDLE): any other process that wakes takes the CPU from them at once "
-            "(keeps a shared API's latency; with --nice, their share under full load).",
+    cpu_share: Annotated[
+        str,
+        _cpu_share_option(
+            "EVIDENCE_WORKER_CPU_SHARE",
+            "weight (a cgroup with --cpu-weight; --nice where none can be made), nice, idle "
+            "(SCHED_IDLE: starves under load) or none",
         ),
-    ] = False,
+    ] = "weight",
+    cpu_weight: Annotated[int, _cpu_weight_option("worker", "EVIDENCE_WORKER_CPU_WEIGHT")] = 100,
+    nice: Annotated[
+        int,
+        typer.Option(
+            envvar="EVIDENCE_WORKER_NICE",
+            help="Added to the worker's nice value (and its session's) with --cpu-share nice or "
+            "idle, or when weight falls back.",
+        ),
+    ] = 10,
 ) -> None:
     """Run a Celery worker that processes retrievals (both lanes) and sweeps.
 
@@ -162,15 +207,9 @@ def worker(
     """
     # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from worker.jobs.celery_app import WORKER_QUEUES
-    from worker.jobs.node import idle_priority, lower_priority
 
     queues = queues or WORKER_QUEUES
-    if nice:
-        lower_priority(nice)
-    idle_applied = idle and idle_priority()
-    _configure_logging()
-    if idle and not idle_applied:
-        structlog.get_logger("evidence.worker").warning("idle_priority_refused")
+    _share_cpu("worker", cpu_share, cpu_weight, nice)
     settings = get_settings()
     pool = pool or settings.worker_pool
     if pool not in ("threads", "prefork"):

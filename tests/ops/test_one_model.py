@@ -39,7 +39,20 @@ RETRIEVAL_WORKER_QUEUES = frozenset({*RETRIEVAL_QUEUES.split(","), WEBHOOK_QUEUE
 IN_FLIGHT_DEFAULT = Settings.model_fields["worker_in_flight"].default
 #: The environment that decides the worker's pool and in flight: unset for every launch here,
 #: so each launch shows the defaults a deployment gets.
-WORKER_ENV = ("EVIDENCE_WORKER_IN_FLIGHT", "EVIDENCE_WORKER_POOL", "EVIDENCE_WORKER_CONCURRENCY")
+WORKER_ENV = (
+    "EVIDENCE_WORKER_IN_FLIGHT",
+    "EVIDENCE_WORKER_POOL",
+    "EVIDENCE_WORKER_CONCURRENCY",
+    "EVIDENCE_WORKER_CPU_SHARE",
+    "EVIDENCE_WORKER_CPU_WEIGHT",
+    "EVIDENCE_WORKER_NICE",
+    "EVIDENCE_API_CPU_SHARE",
+    "EVIDENCE_API_CPU_WEIGHT",
+)
+#: The CPU share every deployment gives each side (worker/platform/cpu_share.py): the API
+#: twice the worker's weight; the worker at nice 10 where no cgroup can be made.
+API_SHARE = "weight weight=200 nice=0"
+WORKER_SHARE = "weight weight=100 nice=10"
 _VARIABLE = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
 
 
@@ -53,8 +66,7 @@ class Launch:
     queues: frozenset[str] = frozenset()
     in_flight: int | None = None
     hostname: str | None = None
-    nice: int = 0
-    idle: bool = False
+    cpu_share: str = ""
 
 
 def expand(word: str, env: dict[str, str] | None = None) -> str:
@@ -135,6 +147,7 @@ def launch(
     from api.serving import server as serving
     from worker.jobs import node, supervisor
     from worker.jobs.celery_app import app as celery
+    from worker.platform import cpu_share
 
     for name in WORKER_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -162,13 +175,12 @@ def launch(
     monkeypatch.setattr(node, "preload", lambda: None)
     monkeypatch.setattr(node, "run_threads_worker", lambda argv: record(pool="threads", argv=argv))
     monkeypatch.setattr(celery, "worker_main", lambda argv: record(pool="prefork", argv=argv))
-    monkeypatch.setattr(node, "lower_priority", lambda n: record(nice=n))
 
-    def idle() -> bool:
-        record(idle=True)
-        return True
+    def share(role: str, mode: str, *, weight: int, nice: int) -> cpu_share.Applied:
+        record(cpu_share=f"{mode} weight={weight} nice={nice}" if mode != "none" else mode)
+        return cpu_share.Applied("none")
 
-    monkeypatch.setattr(node, "idle_priority", idle)
+    monkeypatch.setattr(cpu_share, "apply", share)
 
     def run(argv: list[str]) -> Launch:
         seen.clear()
@@ -176,7 +188,7 @@ def launch(
         result = CliRunner().invoke(api.cli.main.app, argv, catch_exceptions=False)
         assert result.exit_code == 0, (argv, result.output)
         if argv[0] == "api":
-            return Launch("api", api_processes=seen["api"])
+            return Launch("api", api_processes=seen["api"], cpu_share=seen["cpu_share"])
         celery_argv: list[str] = seen["argv"]
 
         def option(*names: str) -> str | None:
@@ -191,8 +203,7 @@ def launch(
             queues=frozenset((option("-Q", "--queues") or "").split(",")),
             in_flight=int(option("--concurrency") or 0),
             hostname=option("--hostname"),
-            nice=seen.get("nice", 0),
-            idle=seen.get("idle", False),
+            cpu_share=seen["cpu_share"],
         )
 
     yield run
@@ -288,6 +299,20 @@ class TestOneModel:
         monkeypatch.setenv("EVIDENCE_WORKER_IN_FLIGHT", "100")
         assert launch(compose_argv(compose[0])["worker"]).in_flight == 100
 
+    def test_cpu_share(
+        self, launch: Callable[[list[str]], Launch], compose: tuple[dict[str, Any], str]
+    ) -> None:
+        """Each side's CPU weight, the same in every deployment; compose gives each container
+        the same weight as `cpu_shares` (a container may not make cgroups of its own)."""
+        services = compose[0]
+        for name in ("api", "worker"):
+            share = API_SHARE if name == "api" else WORKER_SHARE
+            argvs = [procfile_argv()[name], compose_argv(services)[name], [name]]
+            assert {launch(argv).cpu_share for argv in argvs} == {share}, name
+            weight = int(share.split("weight=")[1].split()[0])
+            assert int(services[name]["cpu_shares"]) == weight * 1024 // 100, name
+        assert launch(dockerfile_instruction("CMD")).cpu_share == API_SHARE
+
     def test_sweeper(
         self, launch: Callable[[list[str]], Launch], compose: tuple[dict[str, Any], str]
     ) -> None:
@@ -300,6 +325,7 @@ class TestOneModel:
             queues=frozenset({SWEEP_QUEUE}),
             in_flight=1,
             hostname="sweeper@%h",
+            cpu_share=WORKER_SHARE,
         )
 
     def test_beat_once(self, compose: tuple[dict[str, Any], str]) -> None:

@@ -7,10 +7,8 @@ extraction processes start from a fork server while Celery starts.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from pathlib import Path
 
 import structlog
 from celery import signals
@@ -79,38 +77,3 @@ def _freeze_heap(**_: object) -> None:
 def preload() -> None:
     """Import what a worker process runs, once, in the supervisor: a replacement worker forked
     from it starts without importing again, and shares these pages with it."""
-
-
-def idle_priority() -> bool:
-    """Run this process, and every process and thread it starts from now on, under Linux's
-    `SCHED_IDLE` policy; whether it could.
-
-    A niced process still keeps the CPU it holds until its time slice ends when an API thread
-    or a database backend wakes on that CPU, and a CPU busy with it does not count as free for
-    their wake-ups. `SCHED_IDLE` work is preempted at once by any other process that wakes, and
-    the kernel places wake-ups on its CPUs as if they were idle: the worker takes only the CPU
-    the rest leaves, at the cost of a hand-over per wake-up, not a slice. Its share when the
-    machine is saturated is still its session's (`lower_priority`), so it is not starved.
-    """
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):  # not Linux, or refused
-        return False
-    return True
-
-
-def lower_priority(nice: int) -> None:
-    """Add `nice` to this process's nice value, and to its session's when it leads one.
-
-    With the kernel's autogroup scheduling, CPU is shared between sessions first, so a
-    process's own nice value only ranks it inside its session. A worker started in a session of
-    its own (as honcho and most supervisors do) also lowers that session's weight, so an API in
-    another session wins the CPU over it.
-    """
-    os.nice(nice)
-    if os.getsid(0) != os.getpid():
-        return
-    autogroup = Path("/proc/self/autogroup")
-    with contextlib.suppress(OSError, ValueError):
-        current = int(autogroup.read_text().split("nice")[-1])
-        autogroup.write_text(str(min(19, current + nice)))
