@@ -27,6 +27,7 @@ JSON line.
 
 Run: python -m bench.overload            (about 5 minutes: --duration 20 --flood-duration 10)
 Full size (the issue's): python -m bench.overload --duration 30 --flood-duration 30
+CPU share modes side by side: python -m bench.overload --sets make-run --cpu-shares weight,nice,idle
 """
 
 from __future__ import annotations
@@ -83,17 +84,27 @@ def _without(words: list[str], *options: str) -> list[str]:
     return out
 
 
-def commands(process_set: str, tmp: Path) -> dict[str, list[str]]:
-    """The `evidence` arguments of each process of `process_set` (the API's port is added)."""
+def commands(process_set: str, tmp: Path, cpu_share: str = "") -> dict[str, list[str]]:
+    """The `evidence` arguments of each process of `process_set` (the API's port is added);
+    with `cpu_share`, the workers' `--cpu-share` is that (and the API's `weight` when it is
+    `weight`, else `none`)."""
     beat = ["beat", "--schedule", str(tmp / "beat")]
     if process_set == "cli-defaults":
-        return {"api": ["api"], "worker": ["worker"], "beat": beat}
-    return {
-        "api": _without(procfile_command("api"), "--host", "--port"),
-        "worker": procfile_command("worker"),
-        "sweeper": procfile_command("sweeper"),
-        "beat": _without(procfile_command("beat"), "--schedule") + beat[1:],
-    }
+        found = {"api": ["api"], "worker": ["worker"], "beat": beat}
+    else:
+        found = {
+            "api": _without(procfile_command("api"), "--host", "--port"),
+            "worker": procfile_command("worker"),
+            "sweeper": procfile_command("sweeper"),
+            "beat": _without(procfile_command("beat"), "--schedule") + beat[1:],
+        }
+    if cpu_share:
+        api_share = "weight" if cpu_share == "weight" else "none"
+        for name, words in found.items():
+            if name != "beat":
+                share = api_share if name == "api" else cpu_share
+                found[name] = [*_without(words, "--cpu-share"), "--cpu-share", share]
+    return found
 
 
 @dataclass
@@ -227,11 +238,11 @@ def _routes(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def measure_set(process_set: str, args: argparse.Namespace) -> dict[str, Any]:
+def measure_set(process_set: str, args: argparse.Namespace, cpu_share: str = "") -> dict[str, Any]:
     """Both stacks of one process set (see the module's docstring)."""
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
     tmp = Path(tempfile.mkdtemp(prefix=f"evidence-overload-{process_set}-"))
-    result: dict[str, Any] = {"commands": commands(process_set, tmp)}
+    result: dict[str, Any] = {"commands": commands(process_set, tmp, cpu_share)}
     b_gap = ["--poll-mode", "ignore", "--poll-gap", str(args.b_poll_gap)]
 
     def b_client(key: str, seconds: float) -> Client:
@@ -244,7 +255,7 @@ def measure_set(process_set: str, args: argparse.Namespace) -> dict[str, Any]:
         )  # fmt: skip
 
     try:
-        with serve(tmp, commands(process_set, tmp), args.log_level, args.site_nice) as served:
+        with serve(tmp, result["commands"], args.log_level, args.site_nice) as served:
             key_a, key_b = served.create_key(a), served.create_key(b)
             _warm_up(served.api, key_a, a, served.url, args.warm_up)
             ids = [str(i) for (i,) in _query(served.db_url, _IDS, w=a)]
@@ -277,7 +288,7 @@ def measure_set(process_set: str, args: argparse.Namespace) -> dict[str, Any]:
                 "unloaded",
             )  # fmt: skip
             result["unloaded"] = _phase(served, unloaded, a, b, b_idle)
-        with serve(tmp, commands(process_set, tmp), args.log_level, args.site_nice) as served:
+        with serve(tmp, result["commands"], args.log_level, args.site_nice) as served:
             key_a, key_b = served.create_key(a), served.create_key(b)
             _warm_up(served.api, key_a, a, served.url, args.warm_up)
             print(f"{process_set}: loaded, pollers ignoring Retry-After", file=sys.stderr)
@@ -439,6 +450,12 @@ def show(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=",".join(SETS), help=f"some of {', '.join(SETS)}")
+    parser.add_argument(
+        "--cpu-shares",
+        default="",
+        help="each set once per worker --cpu-share given (weight,nice,idle,none), side by side;"
+        " default: as each set's commands say",
+    )
     parser.add_argument("--rate", type=float, default=200, help="A's POST/s")
     parser.add_argument("--duration", type=float, default=20, help="A's POST phase (s)")
     parser.add_argument("--poll-connections", type=int, default=256, help="A's pollers'")
@@ -465,13 +482,15 @@ def main() -> None:
     for process_set in args.sets.split(","):
         if process_set not in SETS:
             parser.error(f"unknown process set {process_set!r}")
-        load_before = os.getloadavg()
-        results[process_set] = measure_set(process_set, args)
-        results[process_set]["loadavg_before_after"] = [
-            round(load_before[0], 2),
-            round(os.getloadavg()[0], 2),
-        ]
-        results[process_set]["targets"] = targets(results[process_set])
+        for share in args.cpu_shares.split(","):
+            name = f"{process_set} {share}".strip()
+            load_before = os.getloadavg()
+            results[name] = measure_set(process_set, args, share)
+            results[name]["loadavg_before_after"] = [
+                round(load_before[0], 2),
+                round(os.getloadavg()[0], 2),
+            ]
+            results[name]["targets"] = targets(results[name])
     show(results, args)
     options = {k: v for k, v in vars(args).items() if k not in ("keep", "log_level")}
     print(json.dumps({**options, "wall_s": round(time.time() - started), "sets": results}))
