@@ -514,7 +514,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         worker_args = procfile_command("worker")
     else:
         worker_args = ["worker", "--queues", "retrievals,retrievals-batch"]
-        worker_args += ["--nice", str(args.worker_nice)] + (["--idle"] if args.worker_idle else [])
+        mode = "idle" if args.worker_idle else "nice"
+        worker_args += ["--cpu-share", mode, "--nice", str(args.worker_nice)]
     if args.worker_concurrency:
         worker_args += ["--concurrency", str(args.worker_concurrency)]
     commands = {
@@ -876,7 +877,9 @@ def main() -> None:
         "--worker-nice", type=int, default=10, help="niceness of worker, page server"
     )
     parser.add_argument(
-        "--worker-idle", action="store_true", help="the worker at idle CPU priority (--idle)"
+        "--worker-idle",
+        action="store_true",
+        help="the worker at idle CPU priority (--cpu-share idle)",
     )
     parser.add_argument(
         "--client-nice", type=int, default=0, help="nice value of the load clients (< 0: root)"
