@@ -39,7 +39,8 @@ ERRORS: dict[int, tuple[str, str, str]] = {
     ),
     429: (
         "rate_limited",
-        "Over one of the workspace's quotas (code `rate_limited`), or, on `images/get`, too many "
+        "Over one of the workspace's quotas (code `rate_limited`: its write rate, open "
+        "retrievals, read rate or diffs at once), or, on `images/get`, too many "
         "image fetches for this key at once (code `upstream_unavailable`, `details.reason` "
         "`rate_limited`); see Retry-After.",
         "TooManyRequests",
@@ -140,10 +141,16 @@ def operations() -> dict[tuple[str, str], Operation]:
             "getRetrievalsBatch",
             "BatchGetRequest",
             {200: ("BatchGetResponse", "One retrieval per id, in order; null when unknown.")},
-            (413,),
+            (413, 429),
         ),
         ("get", f"{evidence}/retrievals/{{retrieval_id}}"): Operation(
-            "getRetrieval", None, {200: retrieval}, (404,), None, ex["retrieval"], poll_advice=True
+            "getRetrieval",
+            None,
+            {200: retrieval},
+            (404, 429),
+            None,
+            ex["retrieval"],
+            poll_advice=True,
         ),
         ("post", f"{evidence}/retrievals/{{retrieval_id}}/cancel"): Operation(
             "cancelRetrieval",
@@ -158,7 +165,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             "getEvidence",
             None,
             {200: ("EvidenceResponse", "The evidence revision.")},
-            (404,),
+            (404, 429),
             None,
             ex["evidence"],
         ),
@@ -174,7 +181,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             "searchChunks",
             "ChunkSearchRequest",
             {200: ("ChunkSearchResponse", "Matching passages, best first (none is `[]`).")},
-            (413,),
+            (413, 429),
             ex["chunk_search"],
             ex["chunks"],
         ),
@@ -182,7 +189,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             "getChunk",
             "ChunkGetRequest",
             {200: ("ChunkGetResponse", "The passage, or a null chunk when there is none.")},
-            (413,),
+            (413, 429),
             ex["chunk_get"],
             ex["chunk"],
         ),
@@ -190,7 +197,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             "searchImages",
             "ImageSearchRequest",
             {200: ("ImageSearchResponse", "Matching images, best first (none is `[]`).")},
-            (413,),
+            (413, 429),
             ex["image_search"],
             ex["images"],
         ),
@@ -206,7 +213,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             "getBrief",
             "BriefGetRequest",
             {200: brief},
-            (404, 413),
+            (404, 413, 429),
             *_body_and_answer(ex["brief_get"]),
             links=links,
         ),

@@ -379,7 +379,7 @@ class TestHelp:
                 seen.update(opts)
                 line = next(ln for ln in done.output.splitlines() if ln.strip().startswith(opts[0]))
                 assert _BARE_FLAG.match(line), (path, line)
-        assert {"--help", "--wait", "--idle", "--clear", "--json"} <= seen
+        assert {"--help", "--wait", "--clear", "--json"} <= seen
 
     def test_installed_script_shows_wait_bare(self, tmp_path: Path) -> None:
         done = subprocess.run(

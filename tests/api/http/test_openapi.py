@@ -24,6 +24,17 @@ ID_ROUTES = {
     ("get", "/research-api/evidence/{evidence_id}"),
     ("get", "/research-api/evidence/{evidence_id}/diff"),
 }
+#: Routes admitted by the workspace's read rate (or, for diffs, its diffs at once): 429 too.
+READS = {
+    ("get", "/research-api/evidence/retrievals/{retrieval_id}"),
+    ("post", "/research-api/evidence/retrievals/batch-get"),
+    ("get", "/research-api/evidence/{evidence_id}"),
+    ("get", "/research-api/evidence/{evidence_id}/diff"),
+    ("post", "/research-api/chunks/search"),
+    ("post", "/research-api/chunks/get"),
+    ("post", "/research-api/images/search"),
+    ("post", "/research-api/briefs/get"),
+}
 #: Webhook routes that answer 409: too many endpoints; a redelivery while an attempt is in flight.
 WEBHOOK_CONFLICTS = {
     ("post", "/research-api/webhooks"),
@@ -178,8 +189,8 @@ class TestDocument:
                 expected.add("409")
             if path.endswith("/retrieve") or "/briefs/" in path and not path.endswith("/get"):
                 expected.add("409")
-            if path.endswith(("/images/get", "/evidence/retrieve")):
-                expected.add("429")  # an image-fetch slot, or a workspace quota
+            if path.endswith(("/images/get", "/evidence/retrieve")) or (method, path) in READS:
+                expected.add("429")  # an image-fetch slot, or a workspace quota (reads too)
             assert errors == expected, (method, path)
             for status in errors:
                 response = _component(document, responses[status]["$ref"])
