@@ -141,12 +141,15 @@ def test_a_failing_backlog_costs_no_churn_and_does_not_stop_another_workspace(
         deliveries = b_hooks.deliveries(b_endpoint)
         assert {d["retrieval_id"] for d in deliveries} == set(ids)
         assert all(d["state"] == "delivered" and d["attempts"] == 1 for d in deliveries)
-        # Every message published could be attempted when it was: the only claims refused are
-        # of endpoints disabled meanwhile (failing for EVIDENCE_WEBHOOK_DISABLE_AFTER_SECONDS,
-        # 8 s here) while the message waited. Before, most of the 210 deliveries' messages found
-        # their endpoint busy, every sweep.
+        # Messages are published only when they can be attempted. Claims are refused for
+        # endpoints disabled meanwhile (failing for EVIDENCE_WEBHOOK_DISABLE_AFTER_SECONDS, 8 s
+        # here), and for the rare message that waited past EVIDENCE_REPUBLISH_AFTER_SECONDS and
+        # was published again as lost (as before: at most one held set's worth on a slow
+        # machine). Before, most of the 210 deliveries' messages found their endpoint busy,
+        # every sweep: hundreds of refusals.
         skipped = _skipped(env, log_start)
-        assert not any(_enabled(skipped)), skipped
+        refused_enabled = sum(_enabled(skipped))
+        assert refused_enabled <= settings.webhook_max_in_flight, skipped
     finally:
         held.stop()
         for inbox in hanging:
