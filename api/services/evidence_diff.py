@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import uuid
-import weakref
-from asyncio import AbstractEventLoop, get_running_loop
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +30,7 @@ from sqlalchemy.orm import Session
 from api.auth import Principal
 from api.errors import not_found
 from api.services.admission import rate_limited
+from api.services.thread_pools import LoopPool
 from worker.content.cue_diff import match_cues
 from worker.content.diff import diff_text
 from worker.content.results import SegmentDict
@@ -121,19 +120,8 @@ class Admitted:
 
 
 admitted = Admitted()
-#: The diff pool's bound, one per event loop (anyio limiters belong to the loop using them).
-_limiters: weakref.WeakKeyDictionary[AbstractEventLoop, anyio.CapacityLimiter] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _limiter(total: int) -> anyio.CapacityLimiter:
-    loop = get_running_loop()
-    limiter = _limiters.get(loop)
-    if limiter is None:
-        limiter = _limiters[loop] = anyio.CapacityLimiter(total)
-    limiter.total_tokens = total
-    return limiter
+#: The diff pool's bound (its threads, per event loop).
+_pool = LoopPool()
 
 
 def _lookup(principal: Principal, evidence_id: uuid.UUID) -> tuple[str, str]:
@@ -158,7 +146,7 @@ async def diff_json(principal: Principal, evidence_id: uuid.UUID, old: int, new:
     workspace, kind = await anyio.to_thread.run_sync(_lookup, principal, evidence_id)
     settings = get_settings()
     with admitted.hold(workspace, settings.diff_per_workspace, settings.diff_queue):
-        limiter = _limiter(settings.diff_concurrency)
+        limiter = _pool.limiter(settings.diff_concurrency)
         # Not abandoned on cancel: the admission stays taken until the thread is done, so the
         # bounds count every diff really running.
         return await anyio.to_thread.run_sync(

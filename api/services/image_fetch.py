@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import math
 import uuid
-import weakref
-from asyncio import AbstractEventLoop, get_running_loop
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -34,6 +32,7 @@ from api.auth import Principal
 from api.errors import ApiError
 from api.read_schemas import ImageGetRequest
 from api.services import read
+from api.services.thread_pools import LoopPool
 from worker.fetch.image_bytes import ImageUnavailable, fetch_image
 from worker.platform.settings import get_settings
 from worker.store.db import read_only_session
@@ -73,19 +72,8 @@ class KeySlots:
 
 
 slots = KeySlots()
-#: The fetch pool's bound, one per event loop (anyio limiters belong to the loop using them).
-_limiters: weakref.WeakKeyDictionary[AbstractEventLoop, anyio.CapacityLimiter] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _limiter(total: int) -> anyio.CapacityLimiter:
-    loop = get_running_loop()
-    limiter = _limiters.get(loop)
-    if limiter is None:
-        limiter = _limiters[loop] = anyio.CapacityLimiter(total)
-    limiter.total_tokens = total
-    return limiter
+#: The fetch pool's bound (its threads, per event loop).
+_pool = LoopPool()
 
 
 def _unavailable(exc: ImageUnavailable) -> ApiError:
@@ -117,7 +105,7 @@ async def image_bytes(principal: Principal, url: str) -> tuple[bytes, str]:
     settings = get_settings()
     retry_after = math.ceil(settings.image_fetch_timeout_seconds)
     with slots.hold(principal.key_id, settings.image_fetch_per_key, retry_after):
-        limiter = _limiter(settings.image_fetch_concurrency)
+        limiter = _pool.limiter(settings.image_fetch_concurrency)
         if limiter.available_tokens < 1:
             raise ApiError(
                 503,
