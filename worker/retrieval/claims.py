@@ -17,10 +17,7 @@ from sqlalchemy.orm import Session
 
 from worker.domain.states import RetrievalState as S
 from worker.store import db
-from worker.store.models import (
-    BatchSchedule,
-    Retrieval,
-)
+from worker.store.retrieval_view import RETRIEVAL
 
 if TYPE_CHECKING:
     pass
@@ -28,9 +25,6 @@ if TYPE_CHECKING:
 from worker.lanes import batch_order
 from worker.retrieval.records import Claim
 from worker.retrieval.transitions import expire_due
-
-RETRIEVAL: sa.Table = Retrieval.__table__  # type: ignore[attr-defined]
-SCHEDULE: sa.Table = BatchSchedule.__table__  # type: ignore[attr-defined]
 
 # The worker's two statements per delivery, built once (bound parameters are prefixed `b_`:
 # SQLAlchemy reserves the column names for the SET clause).

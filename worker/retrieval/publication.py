@@ -16,16 +16,12 @@ from sqlalchemy.orm import Session
 
 from worker.domain.states import RetrievalState as S
 from worker.store.models import (
-    BatchSchedule,
     Retrieval,
 )
+from worker.store.retrieval_view import RETRIEVAL
 
 if TYPE_CHECKING:
     pass
-
-
-RETRIEVAL: sa.Table = Retrieval.__table__  # type: ignore[attr-defined]
-SCHEDULE: sa.Table = BatchSchedule.__table__  # type: ignore[attr-defined]
 
 
 def mark_unpublished(session: Session, ids: Sequence[uuid.UUID]) -> None:

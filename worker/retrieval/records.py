@@ -26,16 +26,13 @@ from worker.store.models import (
     LANE_BATCH,
     LANE_INTERACTIVE,
     OPEN_SQL,
-    BatchSchedule,
     Retrieval,
 )
-from worker.store.retrieval_view import RetrievalRow
+from worker.store.retrieval_view import RETRIEVAL, RetrievalRow
 
 if TYPE_CHECKING:
     pass
 
-RETRIEVAL: sa.Table = Retrieval.__table__  # type: ignore[attr-defined]
-SCHEDULE: sa.Table = BatchSchedule.__table__  # type: ignore[attr-defined]
 #: Advisory lock class of a workspace's quota check (PostgreSQL's two-key form: class, id).
 QUOTA_LOCK_CLASS = 16_001
 

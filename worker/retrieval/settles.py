@@ -32,9 +32,10 @@ from sqlalchemy.orm import Session
 from worker.content.results import Result, has_content
 from worker.domain.clock import as_utc
 from worker.domain.states import RetrievalState as S
-from worker.retrieval.records import RETRIEVAL, Claim
+from worker.retrieval.records import Claim
 from worker.retrieval.transitions import SETTLE, AfterSettle, Fenced, settle_claim
 from worker.store import db, evidence
+from worker.store.retrieval_view import RETRIEVAL
 from worker.store.typed import rowcount
 from worker.webhooks import records as webhooks
 

@@ -29,10 +29,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from worker.lanes import open_tally
-from worker.lanes.batch_order import remember_scheduled, scheduled_workspaces
+from worker.lanes.batch_order import SCHEDULE, remember_scheduled, scheduled_workspaces
 from worker.retrieval.records import (
-    RETRIEVAL,
-    SCHEDULE,
     NewRetrieval,
     create_within_quota,
     insert_one,
@@ -40,7 +38,7 @@ from worker.retrieval.records import (
 )
 from worker.store import db
 from worker.store.models import LANE_BATCH, LANE_INTERACTIVE
-from worker.store.retrieval_view import RetrievalRow
+from worker.store.retrieval_view import RETRIEVAL, RetrievalRow
 
 
 def record_single(

@@ -22,18 +22,15 @@ from worker.domain.states import sources_of
 from worker.retrieval.records import Claim
 from worker.store import db, evidence
 from worker.store.models import (
-    BatchSchedule,
     Retrieval,
 )
+from worker.store.retrieval_view import RETRIEVAL
 from worker.store.typed import rowcount
 from worker.webhooks import records as webhooks
 
 if TYPE_CHECKING:
     from worker.content.images import ImageRef
 
-
-RETRIEVAL: sa.Table = Retrieval.__table__  # type: ignore[attr-defined]
-SCHEDULE: sa.Table = BatchSchedule.__table__  # type: ignore[attr-defined]
 
 #: The fenced settle: the outcome, only for the attempt that claimed it, before valid_until.
 SETTLE = (
