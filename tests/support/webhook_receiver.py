@@ -54,6 +54,11 @@ class Inbox:
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("Content-Length", "0"))
         body = handler.rfile.read(length)
+        if len(body) < length:
+            # The sender was cut mid-request (a cluster test kills its host): nothing was
+            # delivered, no answer can reach it, and the sender will try again.
+            handler.close_connection = True
+            return
         with self._lock:
             self.received.append(Received(dict(handler.headers.items()), body))
         page = self.plan(handler) if self.plan else None

@@ -1,0 +1,1 @@
+"""The cluster suite: worker hosts as network namespaces on one machine (`make test-cluster`)."""
