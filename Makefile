@@ -14,6 +14,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
+# pywb, which the tests replay exports with, pins redis==2.10.6 against our redis>=5: a venv
+# of its own (tests/support/pywb.py).
+PYWB := var/tools/pywb
+$(PYWB)/bin/wayback:
+	python3 -m venv $(PYWB)
+	$(PYWB)/bin/pip install -q 'pywb>=2.10'
+
 install: $(VENV)/.installed  ## Create the venv and install the project with its dev tools
 
 run: install  ## Run the whole service here: API, worker, beat and Flower (SQLite + local Redis)
@@ -31,6 +38,7 @@ COV := COVERAGE_FILE=$(abspath var/coverage/data) $(PY) -m coverage
 # worker on SQLite is `make demo`'s; input checks, long-poll, killed workers and content errors
 # do not depend on the database and run once, on PostgreSQL.
 SQLITE_TESTS ?= tests/read tests/lifecycle/test_store.py tests/lifecycle/test_batch.py \
+	tests/watches/test_watch_scheduler.py tests/watches/test_watch_events.py \
 	tests/lifecycle/test_lanes.py tests/lifecycle/test_quotas.py \
 	tests/lifecycle/test_revision_bounds.py tests/lifecycle/test_freshness.py \
 	tests/lifecycle/test_open_tally.py tests/lifecycle/test_group_settle.py \
@@ -38,17 +46,17 @@ SQLITE_TESTS ?= tests/read tests/lifecycle/test_store.py tests/lifecycle/test_ba
 	tests/lifecycle/test_confined_lane.py tests/lifecycle/test_recovery.py::TestExpiry \
 	tests/ops/test_keys.py
 # Test processes per run (pytest-xdist, a test file at a time): each has services of its own (a
-# database, Redis, the HTTPS sites, Celery workers). Many tests wait on those processes, so two
-# keep both cores busy where one left them half idle.
-TEST_PROCESSES ?= 2
+# database, Redis, the HTTPS sites, Celery workers). Most tests wait on those processes, so three
+# keep two cores busier than two did.
+TEST_PROCESSES ?= 3
 PYTEST_N := -n $(TEST_PROCESSES) --dist loadfile
-test: install  ## Run the test suite (PostgreSQL, then what runs different SQL on SQLite) with coverage
+test: install $(PYWB)/bin/wayback  ## Run the test suite (PostgreSQL, then what runs different SQL on SQLite) with coverage
 	./deploy/ensure-services.sh --postgres
 	rm -rf var/coverage && mkdir -p var/coverage
 	@# Every part runs, and coverage is printed, even when a part fails; then make fails.
 	@failed=""; \
-	$(COV) run -m pytest -q $(PYTEST_N) -m "not fault" --durations=15 || failed="$$failed postgres"; \
-	$(COV) run -m pytest -q $(PYTEST_N) --db sqlite -m "not fault" $(SQLITE_TESTS) || failed="$$failed sqlite"; \
+	$(COV) run -m pytest -q $(PYTEST_N) -m "not fault and not cluster" --durations=15 || failed="$$failed postgres"; \
+	$(COV) run -m pytest -q $(PYTEST_N) --db sqlite -m "not fault and not cluster" $(SQLITE_TESTS) || failed="$$failed sqlite"; \
 	$(COV) combine -q; \
 	if $(COV) report --format=total --fail-under=$(COVERAGE_FLOOR) >/dev/null; then \
 		echo "coverage: $$($(COV) report --format=total) % of api/ and worker/ (floor $(COVERAGE_FLOOR) %)"; \
@@ -57,9 +65,17 @@ test: install  ## Run the test suite (PostgreSQL, then what runs different SQL o
 	fi; \
 	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi
 
+# Fault tests wait on leases and restarts; a class at a time spreads test_faults.py's classes,
+# which as one file kept one process busy for most of the run.
+FAULT_PROCESSES ?= 2
 test-faults: install  ## Run the fault-injection suite against the real services
 	./deploy/ensure-services.sh --postgres
-	$(PYTEST) -q $(PYTEST_N) -m fault
+	$(PYTEST) -q -n $(FAULT_PROCESSES) --dist loadscope -m fault
+
+# Hosts as network namespaces (tests/cluster): needs root and iproute2, skipped otherwise.
+test-cluster: install  ## Run the cluster suite: worker hosts as network namespaces (as root)
+	./deploy/ensure-services.sh --postgres
+	$(PYTEST) -q -m cluster tests/cluster
 
 lint: install  ## Ruff (lint and format), mypy (strict on api/ and worker/), import-linter (layers)
 	$(BIN)/ruff check api worker tests bench
@@ -95,10 +111,35 @@ bench-fairness: install  ## Fairness: an agent's single retrievals during anothe
 	./deploy/ensure-services.sh --postgres
 	$(PY) -m bench.fairness $(FAIRNESS_ARGS)
 
+ORIGIN_SHARE_ARGS ?=
+bench-origin-share: install  ## A host's slots shared: an agent's singles of a host another workspace keeps busy
+	./deploy/ensure-services.sh --postgres
+	$(PY) -m bench.origin_share $(ORIGIN_SHARE_ARGS)
+
 REVALIDATION_ARGS ?= --pages 1000
 bench-revalidation: install  ## Re-retrieving unchanged pages (304s) against a first pass: CPU and bytes
 	./deploy/ensure-services.sh --postgres
 	$(PY) -m bench.revalidation $(REVALIDATION_ARGS)
 
-.PHONY: help install run demo test test-faults lint format migrate load overload bench bench-fairness \
-	bench-revalidation
+CLUSTER_ARGS ?= --per-host 100 --in-flight 4
+bench-cluster: install  ## Throughput with one, two, three worker hosts (network namespaces, as root)
+	./deploy/ensure-services.sh --postgres
+	$(PY) -m bench.cluster_throughput $(CLUSTER_ARGS)
+
+QUOTES_ARGS ?= --runs 200
+bench-archive: install  ## The archive's cost: WARC bytes per 1 000 pages, CPU with it off and on
+	$(PY) -m bench.archive_cost $(ARCHIVE_ARGS)
+
+bench-quotes: install  ## Quote verification: a 1 000-character quote and a batch of 100 against a 200 000-character revision
+	$(PY) -m bench.quote_verify $(QUOTES_ARGS)
+
+# The public pages are prepared once from git clones of the repositories bench/quality/prepare.py
+# pins (it prints the `git clone` to run for any it misses) into var/quality-data, then verified.
+QUALITY_REPOS ?= var/quality-src
+QUALITY_ARGS ?= --split held_out
+bench-quality: install  ## Page text on public labelled pages (held out): the service beside trafilatura, readability-lxml, resiliparse, jusText
+	$(PY) -m bench.quality.prepare --verify 2>/dev/null || $(PY) -m bench.quality.prepare --repos $(QUALITY_REPOS)
+	$(PY) -m bench.quality.run $(QUALITY_ARGS)
+
+.PHONY: help install run demo test test-faults test-cluster bench-cluster lint format migrate load overload bench bench-fairness \
+	bench-origin-share bench-revalidation bench-archive bench-quotes bench-quality

@@ -5,7 +5,15 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+import regress
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+)
 
 from api.schemas import INTEGRAL, Kind, Language, UuidText
 
@@ -137,3 +145,47 @@ class BriefArchiveRequest(_InWorkspace):
     """Body of `POST /research-api/briefs/archive`."""
 
     id: UuidText
+
+
+#: A quote to verify: at least one character that is not whitespace, at most 10 000.
+MAX_QUOTE_CHARS = 10_000
+#: Quotes per verify call.
+MAX_QUOTES = 100
+
+
+#: What the schema's `pattern: "\\S"` means (ECMA-262 whitespace, not Python's `str.isspace`).
+_NOT_WHITESPACE = regress.Regex(r"\S", "u")
+
+
+def _not_blank(value: str) -> str:
+    if _NOT_WHITESPACE.find(value) is None:
+        raise ValueError("must contain a character that is not whitespace")
+    return value
+
+
+QuoteText = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_QUOTE_CHARS), AfterValidator(_not_blank)
+]
+
+
+class QuoteItem(_Strict):
+    """One quote and the evidence revision it claims to come from (latest by default)."""
+
+    evidence_id: UuidText
+    revision: Revision | None = None
+    quote: QuoteText
+
+    @field_validator("revision", mode="before")
+    @classmethod
+    def _no_explicit_null(cls, value: object) -> object:
+        if value is None:
+            raise ValueError("must be an integer when given")
+        return value
+
+
+class QuoteVerifyRequest(_InWorkspace):
+    """Body of `POST /research-api/evidence/quotes/verify` (research_verify_quote)."""
+
+    quotes: Annotated[list[QuoteItem], Field(min_length=1, max_length=MAX_QUOTES)]
+    #: Characters of context before and after each match.
+    context_chars: Annotated[int, Field(ge=0, le=500), INTEGRAL] = 80

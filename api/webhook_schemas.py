@@ -20,10 +20,12 @@ from worker.webhooks import policy
 #: Longest endpoint URL, in characters.
 MAX_WEBHOOK_URL_CHARS = 2048
 MAX_DESCRIPTION_CHARS = 500
-EventType = Literal["retrieval.settled"]
+#: `retrieval.settled`; the watch events (docs/watches.md).
+EventType = Literal["retrieval.settled", "evidence.changed", "watch.failing", "watch.recovered"]
+EVENT_NAMES = ["retrieval.settled", "evidence.changed", "watch.failing", "watch.recovered"]
 EVENTS_SCHEMA: dict[str, Any] = {
     "type": "array",
-    "items": {"type": "string", "enum": ["retrieval.settled"]},
+    "items": {"type": "string", "enum": EVENT_NAMES},
     "minItems": 1,
     "maxItems": 8,
     "uniqueItems": True,
@@ -131,7 +133,7 @@ def openapi_components() -> dict[str, dict[str, Any]]:
             "id": {**uuid, "description": "Also the `webhook-id` header of every attempt."},
             "webhook_id": uuid,
             "retrieval_id": uuid,
-            "event_type": {"type": "string", "enum": ["retrieval.settled"]},
+            "event_type": {"type": "string", "enum": EVENT_NAMES},
             "state": {"type": "string", "enum": ["pending", "delivered", "failed"]},
             "attempts": {"type": "integer", "minimum": 0},
             "last_status": _nullable({"type": "integer"}),

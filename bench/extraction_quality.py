@@ -1,7 +1,7 @@
 """Extraction quality: token precision/recall/F1, docs/s and CPU per page, on each split.
 
-Compares the service (trafilatura, voted on by readability-lxml where unsure), trafilatura
-alone as the service ran it before, plain trafilatura.extract and readability-lxml alone, on
+Compares the service (the vote of trafilatura, readability-lxml and Resiliparse on each line),
+the service without the vote, plain trafilatura.extract and readability-lxml alone, on
 the dev split (used for tuning) and the held-out split (bench/data/extraction_split.json).
 
 Run: .venv/bin/python -m bench.extraction_quality [--repeat N] [--grid]
@@ -110,25 +110,21 @@ def ours(body: bytes) -> str:
 
 
 def service_before(body: bytes) -> str:
-    """The service's url_text extractor without the vote (trafilatura alone, as before)."""
-    vote_step = html.second_opinion
-    html.second_opinion = lambda text, tree: text
+    """The service's url_text extractor without the vote (trafilatura's text alone)."""
+    vote_step = html.voted_text
+    html.voted_text = lambda text, tree, page: text
     try:
         return ours(body)
     finally:
-        html.second_opinion = vote_step
+        html.voted_text = vote_step
 
 
 def trafilatura_alone(body: bytes) -> str:
-    """The service's extractor before the vote: trafilatura's text, cleaned."""
+    """trafilatura's text as the service asks for it, cleaned (no vote)."""
     tree = parse_html(body.decode("utf-8"))
     if tree is None:
         return ""
-    text = html._trafilatura_text(tree, URL, html.EXTRACT_OPTIONS)
-    if len(text) < html.FALLBACK_BELOW_CHARS:
-        fallback = html._trafilatura_text(tree, URL, html.EXTRACT_OPTIONS | {"fast": False})
-        text = max(text, fallback, key=len)
-    return clean_text(text)
+    return clean_text(html._trafilatura_text(tree, URL, html.EXTRACT_OPTIONS))
 
 
 def readability_alone(body: bytes) -> str:

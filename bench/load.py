@@ -23,6 +23,10 @@ The workers and the page server run at `--worker-nice`; each service has its own
 the bench also sets the nice value of the workers' autogroup (Linux shares CPU between sessions
 first; without it a worker's own nice value ranks it only against itself).
 
+A client can also be one side of a split client (bench.overload): `--ids-out` appends each
+retrieval it created to a file (bench.id_file), and `--poll-ids` makes a client that sends no
+POSTs and polls what such clients append, so POSTs are timed on a loop of their own.
+
 It reports latency p50/p99/max per route, error counts, settle times (seen by the client, and
 `settled_at - created_at` in the database once the workers drained the backlog), 10-second
 windows, and the CPU split, as tables and one JSON line.
@@ -62,6 +66,7 @@ MAX_POLL_INTERVAL = 8.0  # the client's own back-off cap, when the API gives no 
 MAX_RETRY_AFTER = 300.0  # a longer Retry-After is capped here (the API says at most 120 s)
 WINDOW_SECONDS = 10
 TICK_SECONDS = 0.02
+TAIL_SECONDS = 0.005  # a poller's look for new retrievals: its first poll is at most this late
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -113,6 +118,7 @@ class Recorder:
 async def _client(args: argparse.Namespace) -> dict[str, Any]:
     from urllib.parse import urlsplit
 
+    from bench.id_file import Appender, Created, Tail
     from bench.lean_http import HttpError, Pool
 
     rec = Recorder()
@@ -121,6 +127,13 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
     # every `count`-th slot of it, so N processes together send at `rate`, evenly spaced.
     count, index = args.process_count, args.process_index
     slots = [i for i in range(int(args.rate * args.duration)) if i % count == index]
+    # --poll-ids: a poller only, of the retrievals other processes' POSTs append to that file
+    # (bench.id_file), line i to the process whose index is i % count; it sends no POSTs.
+    if args.poll_ids:
+        if not args.stop_after:
+            raise SystemExit("--poll-ids needs --stop-after: a poller cannot tell the POSTs ended")
+        slots = []
+    created_out = Appender(Path(args.ids_out)) if args.ids_out else None
     # --get-ids: each slot GETs one of these retrievals (a read flood) instead of POSTing.
     flood_ids = Path(args.get_ids).read_text().split() if args.get_ids else []
     poll_mode = args.poll_mode
@@ -135,10 +148,11 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
     api = urlsplit(args.api)
     headers = {"Authorization": f"Bearer {args.key}"}
     host, port = api.hostname or "127.0.0.1", api.port or 80
-    pool = Pool(host, port, args.connections, headers)
     # Pollers that ignore Retry-After hold every connection they may: on a pool of their own,
     # the POSTs still leave on schedule, as they would from a client's separate writers.
-    poll_pool = Pool(host, port, args.poll_connections, headers) if args.poll_connections else pool
+    poll_pool = Pool(host, port, args.poll_connections, headers) if args.poll_connections else None
+    pool = poll_pool if args.poll_ids and poll_pool else Pool(host, port, args.connections, headers)
+    poll_pool = poll_pool or pool
 
     async def call(
         route: str, method: str, path: str, body: bytes = b"", via: Pool = pool
@@ -173,9 +187,15 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
         }
         _, body, hint = await call(POST, "POST", RETRIEVE_PATH, json.dumps(payload).encode())
         rec.posts_answered += 1
+        if body is not None and created_out:
+            got = body["retrieval"]
+            created_out.write(Created(got["id"], due - start, got["state"]))
         if body is None or poll_mode == "none":
             return
-        retrieval = body["retrieval"]
+        await follow(body["retrieval"], hint, due)
+
+    async def follow(retrieval: dict[str, Any], hint: str | None, due: float) -> None:
+        """Poll `retrieval` (POSTed at `due`) until it settles, as `--poll-mode` says."""
         path = RETRIEVAL_PATH.format(id=retrieval["id"])
         deadline = due + args.settle_timeout
         interval = args.poll_interval
@@ -221,6 +241,18 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
         task = loop.create_task(one(i, due))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+    if args.poll_ids:  # follow what the POSTers append, until --stop-after
+        tail, line = Tail(Path(args.poll_ids)), 0
+        while time.perf_counter() < stop:
+            for created in tail.read():
+                line += 1
+                if (line - 1) % count != index or created.state in SETTLED:
+                    continue
+                retrieval = {"id": created.id, "state": created.state}
+                task = loop.create_task(follow(retrieval, None, start + created.due_s))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            await asyncio.sleep(TAIL_SECONDS)
     # The POST phase ends when the last scheduled POST has been answered (or at --stop-after).
     end_of_posts = min(start + args.duration + 30, stop)
     while rec.posts_answered < len(slots) and time.perf_counter() < end_of_posts:
@@ -238,6 +270,8 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
     await tick
     pool.close()
     poll_pool.close()
+    if created_out:
+        created_out.close()
     wall = time.perf_counter() - wall_start
     return {
         "process": index,
@@ -860,6 +894,15 @@ def main() -> None:
     )
     parser.add_argument(
         "--get-ids", default="", help="client: a file of ids; each slot GETs one, no POSTs"
+    )
+    parser.add_argument(
+        "--ids-out", default="", help="client: append each created retrieval to this file"
+    )
+    parser.add_argument(
+        "--poll-ids",
+        default="",
+        help="client: no POSTs; poll the retrievals other clients append to this file (its"
+        " lines i %% --process-count == --process-index) until --stop-after",
     )
     parser.add_argument(
         "--api-workers", type=int, default=2, help="API processes (one per core here)"

@@ -15,19 +15,27 @@ refused for A's rate), two stacks in turn:
    * unloaded: A POSTs at `--rate` for `--duration` s and does not poll; B as above;
 2. warm-up, then loaded: A POSTs at `--rate` for `--duration` s and polls every open retrieval
    again as soon as each answer arrives, ignoring Retry-After, on `--poll-connections`
-   connections of its own; B as above.
+   connections of its own; B as above. A is two kinds of client process here, as a real
+   client's writers would not share an event loop with hundreds of pollers: POSTers that only
+   POST (their latency is A's POST figure) and append each created retrieval to a file
+   (bench.id_file), and pollers that follow that file and poll each retrieval until it
+   settles (`--client-processes` of each; the same rate, connections and poll gap in all);
+3. with `--a-combined`, the loaded phase again on a fresh stack, each A process POSTing and
+   polling what it POSTed (as before the split), so that both POST figures print side by side.
 
 Settled/s is A's retrievals created and settled within the POST phase (the database's clocks)
 over its length; the phase ends there (the backlog is not drained). B's settle time is
 `settled_at - created_at`. The load clients are `python -m bench.load client` processes
 (bench.lean_http, open-loop: each request leaves at its own time). It prints, per set: POST
 and GET p50/p99 per workspace and phase, 429s by route, settled/s loaded vs unloaded, B's
-settle time vs idle, the CPU of the machine and the service, the issue's targets; then one
-JSON line.
+settle time vs idle, the CPU of the machine and the service, the send and event-loop lag of
+A's POSTers and pollers (a POSTer that lags its schedule times its own queueing), the issue's
+targets; then one JSON line.
 
 Run: python -m bench.overload            (about 5 minutes: --duration 20 --flood-duration 10)
 Full size (the issue's): python -m bench.overload --duration 30 --flood-duration 30
 CPU share modes side by side: python -m bench.overload --sets make-run --cpu-shares weight,nice,idle
+A's POSTs apart and beside its pollers: python -m bench.overload --a-combined
 """
 
 from __future__ import annotations
@@ -120,6 +128,7 @@ class Client:
     options: list[str] = field(default_factory=list)
     processes: int = 1
     connections: int = 2
+    role: str = ""  # "posts" or "polls": one side of A's split clients, reported on its own
 
 
 def run_clients(served: Served, clients: list[Client], tag: str) -> dict[str, Any]:
@@ -127,10 +136,11 @@ def run_clients(served: Served, clients: list[Client], tag: str) -> dict[str, An
     records by name, the epoch of the first request and the CPU split of the phase."""
     start_at = time.time() + 3
     procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+    roles_of: list[str] = []
     try:
         for client in clients:
             for n in range(client.processes):
-                out = served.tmp / f"{tag}-{client.name}-{n}.json"
+                out = served.tmp / f"{tag}-{client.name}{client.role}-{n}.json"
                 command = [
                     sys.executable, "-m", "bench.load", "client", "--api", served.api,
                     "--key", client.key, "--workspace", client.workspace, "--url", served.url,
@@ -143,6 +153,7 @@ def run_clients(served: Served, clients: list[Client], tag: str) -> dict[str, An
                 ]  # fmt: skip
                 proc = subprocess.Popen(command, cwd=ROOT, start_new_session=True)
                 procs.append((client.name, proc, out))
+                roles_of.append(client.role)
         pids = {name: proc.pid for name, proc in served.procs.items()}
         if served.redis_pid:
             pids["redis"] = served.redis_pid
@@ -163,10 +174,18 @@ def run_clients(served: Served, clients: list[Client], tag: str) -> dict[str, An
                 proc.kill()
                 proc.wait()
     parts: dict[str, list[dict[str, Any]]] = {}
-    for name, _, out in procs:
-        parts.setdefault(name, []).append(json.loads(out.read_text()))
+    roles: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for (name, _, out), role in zip(procs, roles_of, strict=True):
+        part = json.loads(out.read_text())
+        parts.setdefault(name, []).append(part)
+        if role:
+            roles.setdefault((name, role), []).append(part)
     cpu = meter.between(0, 1)
+    # A client's split processes merge into one summary (POSTs from one side, GETs from the
+    # other); each side's own client figures (send and loop lag, CPU) are kept beside it.
     summaries = {name: summarize(p) for name, p in parts.items()}
+    for (name, role), role_parts in roles.items():
+        summaries[name].setdefault("roles", {})[role] = summarize(role_parts)["client"]
     cpu_pct = {k: v["pct"] for k, v in cpu.items() if k != "wall_s"}
     # "rest" is the load clients and whatever else ran: the machine is shared, and a phase in
     # which others took a core measured less than this service can do.
@@ -235,6 +254,13 @@ def _routes(summary: dict[str, Any]) -> dict[str, Any]:
     out["errors"] = summary["errors"]
     out["abandoned"] = summary["abandoned"]
     out["send_lag_p99_ms"] = summary["client"]["send_lag_ms"]["p99"]
+    out["loop_lag_p99_ms"] = summary["client"].get("loop_lag_ms", {}).get("p99")
+    for role, client in summary.get("roles", {}).items():
+        out[role] = {
+            "send_lag_p99_ms": client["send_lag_ms"]["p99"],
+            "loop_lag_p99_ms": client["loop_lag_ms"]["p99"],
+            "cpu_pct": client["send_phase_cpu_pct_total"],
+        }
     return out
 
 
@@ -288,28 +314,52 @@ def measure_set(process_set: str, args: argparse.Namespace, cpu_share: str = "")
                 "unloaded",
             )  # fmt: skip
             result["unloaded"] = _phase(served, unloaded, a, b, b_idle)
-        with serve(tmp, result["commands"], args.log_level, args.site_nice) as served:
-            key_a, key_b = served.create_key(a), served.create_key(b)
-            _warm_up(served.api, key_a, a, served.url, args.warm_up)
-            print(f"{process_set}: loaded, pollers ignoring Retry-After", file=sys.stderr)
-            ignore = ["--poll-mode", "ignore", "--poll-gap", str(args.poll_gap)]
-            ignore += ["--poll-connections", str(args.poll_connections // args.client_processes)]
-            loaded = run_clients(
-                served,
-                [a_clients(key_a, args.duration, args.duration, ignore),
-                 b_client(key_b, args.duration)],
-                "loaded",
-            )  # fmt: skip
-            result["loaded"] = _phase(served, loaded, a, b, b_idle)
+        for phase in ("loaded", "loaded-combined") if args.a_combined else ("loaded",):
+            with serve(tmp, result["commands"], args.log_level, args.site_nice) as served:
+                key_a, key_b = served.create_key(a), served.create_key(b)
+                _warm_up(served.api, key_a, a, served.url, args.warm_up)
+                print(f"{process_set}: {phase}, pollers ignoring Retry-After", file=sys.stderr)
+                a_side = _a_loaded(args, key_a, a, tmp / f"{phase}-ids.txt", phase != "loaded")
+                got = run_clients(served, [*a_side, b_client(key_b, args.duration)], phase)
+                result[phase] = _phase(served, got, a, b, b_idle)
     finally:
         if args.keep:
             print(f"logs and client records kept in {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    result["settled_ratio"] = _ratio(
-        result["loaded"]["A_settled_per_s"], result["unloaded"]["A_settled_per_s"]
-    )
+    unloaded = result["unloaded"]["A_settled_per_s"]
+    result["settled_ratio"] = _ratio(result["loaded"]["A_settled_per_s"], unloaded)
+    if args.a_combined:
+        result["settled_ratio_combined"] = _ratio(
+            result["loaded-combined"]["A_settled_per_s"], unloaded
+        )
     return result
+
+
+def _a_loaded(
+    args: argparse.Namespace, key: str, workspace: str, ids: Path, combined: bool
+) -> list[Client]:
+    """A's clients in a loaded phase: `--rate` POST/s on `--connections`, and pollers that
+    ignore Retry-After on `--poll-connections`, each side in `--client-processes` processes.
+
+    Split (the default): POSTers that only POST and append each created retrieval to `ids`,
+    and pollers that follow that file, so the POSTs are timed on an event loop of their own.
+    Combined (`--a-combined`): each process POSTs and polls what it POSTed, as before.
+    """
+    n = args.client_processes
+    ignore = ["--poll-mode", "ignore", "--poll-gap", str(args.poll_gap)]
+    ignore += ["--poll-connections", str(args.poll_connections // n)]
+    posts = max(1, args.connections // n)
+    d = args.duration
+    if combined:
+        return [Client("A", key, workspace, args.rate, d, d, ignore, n, posts)]
+    ids.touch()
+    return [
+        Client("A", key, workspace, args.rate, d, d, ["--poll-mode", "none", "--ids-out",
+               str(ids)], n, posts, role="posts"),
+        Client("A", key, workspace, args.rate, d, d, [*ignore, "--poll-ids", str(ids)], n, 1,
+               role="polls"),
+    ]  # fmt: skip
 
 
 _IDS = "SELECT id FROM retrieval WHERE workspace_id = :w AND settled_at IS NOT NULL"
@@ -347,6 +397,22 @@ def targets(r: dict[str, Any]) -> dict[str, bool]:
     }
 
 
+# Where each loaded phase's A POSTs were timed (the table says which figure is which).
+POST_TIMED = {
+    "unloaded": "",
+    "loaded": " (POSTer processes of their own)",
+    "loaded-combined": " (timed beside A's pollers)",
+}
+
+
+def _side(figures: dict[str, Any] | None, send: bool = True) -> str:
+    """One side of A's split clients: send lag (POSTers), loop lag, CPU % of a core."""
+    if not figures:
+        return "-"
+    lags = f"{figures['send_lag_p99_ms']} / " if send else ""
+    return f"{lags}{figures['loop_lag_p99_ms']}, {figures['cpu_pct']}"
+
+
 def show(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -362,9 +428,12 @@ def show(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
         return text + (f" x{ratio}" if ratio is not None else "")
 
     rows: list[tuple[str, ...]] = []
-    for phase in ("unloaded", "loaded"):
-        rows.append((f"{phase}: A POST p50 / p99 ms", *(lat(r[phase]["A"], "post") for r in
-                     results.values())))  # fmt: skip
+    combined = "loaded-combined" in next(iter(results.values()))
+    phases = ("unloaded", "loaded", *(("loaded-combined",) if combined else ()))
+    for phase in phases:
+        rows.append((f"{phase}: A POST p50 / p99 ms{POST_TIMED[phase]}", *(
+            lat(r[phase]["A"], "post") for r in results.values()
+        )))  # fmt: skip
         rows.append((f"{phase}: A GET p50 / p99 ms (GET/s)", *(
             f"{lat(r[phase]['A'], 'get')} ({r[phase]['A_get_per_s']})" for r in results.values()
         )))  # fmt: skip
@@ -384,6 +453,10 @@ def show(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
         )))  # fmt: skip
     rows.append(("settled/s loaded / unloaded", *(str(r["settled_ratio"]) for r in
                  results.values())))  # fmt: skip
+    if combined:
+        rows.append(("settled/s loaded-combined / unloaded", *(
+            str(r["settled_ratio_combined"]) for r in results.values()
+        )))  # fmt: skip
     rows.append(("idle: B GET p50 / p99 ms", *(lat(r["idle"]["B"], "get") for r in
                  results.values())))  # fmt: skip
     rows.append(("idle: B settle p50", *(settle(r["idle"]["B"]) for r in results.values())))
@@ -404,14 +477,24 @@ def show(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
         f"{r['flood']['A']['http_429'] or 0}; {r['flood']['B']['http_429'] or 0}"
         for r in results.values()
     )))  # fmt: skip
-    for phase in ("flood", "unloaded", "loaded"):
+    for phase in ("flood", *phases):
         rows.append((f"{phase}: CPU % machine / api / worker / pg / redis / clients / others", *(
             " / ".join(str(r[phase]["cpu_pct"].get(k, "-")) for k in CPU_COLUMNS)
             for r in results.values()
         )))  # fmt: skip
-    rows.append(("client send lag p99 ms (A loaded, A flood)", *(
-        f"{r['loaded']['A']['send_lag_p99_ms']}, {r['flood']['A']['send_lag_p99_ms']}"
-        for r in results.values()
+    rows.append(("loaded: A's POSTers send lag / loop lag p99 ms, CPU %", *(
+        _side(r["loaded"]["A"].get("posts")) for r in results.values()
+    )))  # fmt: skip
+    rows.append(("loaded: A's pollers loop lag p99 ms, CPU %", *(
+        _side(r["loaded"]["A"].get("polls"), send=False) for r in results.values()
+    )))  # fmt: skip
+    if combined:
+        rows.append(("loaded-combined: A send lag / loop lag p99 ms", *(
+            f"{r['loaded-combined']['A']['send_lag_p99_ms']} / "
+            f"{r['loaded-combined']['A']['loop_lag_p99_ms']}" for r in results.values()
+        )))  # fmt: skip
+    rows.append(("flood: A send lag p99 ms", *(
+        str(r["flood"]["A"]["send_lag_p99_ms"]) for r in results.values()
     )))  # fmt: skip
     rows.append(("targets met", *(
         ", ".join(k for k, ok in r["targets"].items() if ok) or "none" for r in results.values()
@@ -430,8 +513,8 @@ def show(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
     console = Console(stderr=True, width=160)
     console.print(table)
     for name, r in results.items():
-        lag = max(r["loaded"]["A"]["send_lag_p99_ms"], r["flood"]["A"]["send_lag_p99_ms"])
-        others = max(r[phase]["cpu_pct"]["others"] for phase in ("flood", "unloaded", "loaded"))
+        lag = max(r[phase]["A"]["send_lag_p99_ms"] for phase in ("flood", *phases))
+        others = max(r[phase]["cpu_pct"]["others"] for phase in ("flood", *phases))
         if others > 25:
             console.print(
                 f"{name}: other processes on the machine took up to {others} % of a core in a"
@@ -470,7 +553,18 @@ def main() -> None:
     parser.add_argument(
         "--b-grace", type=float, default=30, help="B polls this long past a phase at most (s)"
     )
-    parser.add_argument("--client-processes", type=int, default=2, help="A's load clients")
+    parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=2,
+        help="A's load clients (loaded: this many POSTers and this many pollers)",
+    )
+    parser.add_argument(
+        "--a-combined",
+        action="store_true",
+        help="also a loaded phase (a fresh stack) with A's POSTs and polls in the same"
+        " processes, as before: its POST latency includes the pollers' event-loop lag",
+    )
     parser.add_argument("--warm-up", type=int, default=40, help="A's retrievals beforehand")
     parser.add_argument("--site-nice", type=int, default=10, help="the page server's nice")
     parser.add_argument("--log-level", default="WARNING")

@@ -3,7 +3,8 @@
 Run exactly like the CLI (`python -m bench.probe worker [--pool prefork --concurrency N]`). In
 the Celery worker process (`worker_init`: before a prefork pool forks, so its children inherit
 the probes) it wraps the fetch (robots.txt and politeness included; Redis calls also counted
-apart), the extraction, and the database transactions with `time.thread_time()` (the calling
+apart), the extraction, the database transactions (the WARC archive's own work also apart)
+with `time.thread_time()` (the calling
 thread's CPU: a threads-pool worker runs hundreds of tasks at once), and each task as a whole;
 a thread writes each process's totals to $BENCH_PROBE_DIR/probe-<pid>.json every 0.2 s while
 they change, and once more when the worker stops. A threads-pool worker extracts in other
@@ -25,7 +26,7 @@ from typing import Any
 from celery import signals
 
 TOTALS: dict[str, float] = {"tasks": 0, "task": 0.0, "fetch": 0.0, "redis": 0.0}
-TOTALS |= {"extract": 0.0, "db": 0.0}
+TOTALS |= {"extract": 0.0, "db": 0.0, "archive": 0.0}
 WRITE_EVERY_SECONDS = 0.2
 _lock = threading.Lock()
 _local = threading.local()
@@ -73,6 +74,18 @@ def _install(**_: Any) -> None:
     pipeline.parse_captions = timed("extract", pipeline.parse_captions)
     db.with_transient_retry = timed("db", db.with_transient_retry)
     assert runner.db is db
+    _install_archive()
+
+
+def _install_archive() -> None:
+    """The archive's own work (within "db": it runs in the settle's transaction): queuing an
+    exchange, and writing the transaction's records as it commits (its look-ups included, not
+    the index rows' executemany)."""
+    from worker.archive import capture
+
+    capture.archive = timed("archive", capture.archive)  # type: ignore[assignment]
+    if hasattr(capture, "write_queued"):  # written at commit (since 13f8792)
+        capture.write_queued = timed("archive", capture.write_queued)  # type: ignore[assignment]
 
 
 @signals.task_prerun.connect

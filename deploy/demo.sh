@@ -59,7 +59,7 @@ port=$(free_port)
 cat >"$DIR/Procfile" <<PROCFILE
 api: evidence api --port $port
 worker: evidence worker --concurrency 4 --hostname demo-$$@%h
-beat: evidence beat --schedule $DIR/celerybeat-schedule
+beat: evidence beat
 PROCFILE
 PATH="$BIN:$PATH" setsid "$BIN/honcho" -f "$DIR/Procfile" -d . start >"$DIR/service.log" 2>&1 &
 sessions+=("$!")

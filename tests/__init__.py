@@ -4,6 +4,7 @@
 own tests. The suites that cross packages are named for what they exercise: `lifecycle` (the
 store and services against a real database), `e2e` (real workers fetching loopback sites),
 `read`, `webhooks` and `mcp` (those features end to end), `api` (the served API), `ops` (the
-processes, the CLI and the documentation), `faults` (`make test-faults`: outages injected).
+processes, the CLI and the documentation), `faults` (`make test-faults`: outages injected),
+`cluster` (`make test-cluster`: worker hosts as network namespaces, as root).
 `support/` and `fixtures/` serve them all.
 """

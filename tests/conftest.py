@@ -38,6 +38,11 @@ TEST_ENV = {
     "EVIDENCE_WEBHOOK_RETRY_CAP_SECONDS": "1",
     "EVIDENCE_WEBHOOK_RETRY_WINDOW_SECONDS": "60",
     "EVIDENCE_WEBHOOK_DISABLE_AFTER_SECONDS": "8",
+    # Beat's watch tick (15 s by default) is what the end-to-end watch test waits for.
+    "EVIDENCE_WATCH_TICK_SECONDS": "2",
+    # The suite's workers share the CPU with its own processes (pytest, its clients): at a
+    # nice-0 program's weight, not the deployment's 20, which yields to every one of them.
+    "EVIDENCE_WORKER_CPU_WEIGHT": "100",
 }
 
 #: The work's own bounds, in seconds on a quiet machine: the session stretches them by its
@@ -125,6 +130,8 @@ def pytest_configure(config: pytest.Config) -> None:
             "EVIDENCE_BROKER_URL": ENV.broker_url,
             "EVIDENCE_EGRESS_ALLOW_CIDRS": "127.0.0.1/32",
             "EVIDENCE_CA_BUNDLE": str(ca_path),
+            # Every process's WARC files in the session's directory, never the checkout's var/.
+            "EVIDENCE_ARCHIVE_DIR": str(ENV.tmp / "archive"),
             "EVIDENCE_FETCH_ALLOWED_PORTS": ",".join(
                 str(p)
                 for p in (ENV.site.port, ENV.robots_site.port, ENV.receiver.port, ENV.closed_port)
@@ -258,11 +265,13 @@ class Services:
 def services(env: Env) -> Iterator[Services]:
     """Real Celery workers (both retrieval lanes: prefork, 2 children; sweep: 1) and beat."""
     running = Services(env.tmp)
-    running.sweeper.start()
-    running.start_worker()
-    running.beat.start()
-    yield running
-    running.stop()
+    try:  # one that fails to start must not leave the others running after the session
+        running.sweeper.start()
+        running.start_worker()
+        running.beat.start()
+        yield running
+    finally:
+        running.stop()
 
 
 @pytest.hookimpl(hookwrapper=True)

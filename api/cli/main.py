@@ -1,5 +1,5 @@
-"""The `evidence` command: migrate, run the processes, enqueue batches; `keys`, `quotas` and
-`webhooks` are sub-commands of their own modules."""
+"""The `evidence` command: migrate, run the processes, enqueue batches; `keys`, `quotas`,
+`webhooks` and `watches` are sub-commands of their own modules, and so is `export`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import structlog
 import typer
 
+from api.cli import export as export_cli
 from api.cli import keys, quotas
+from api.cli import watches as watch_cli
 from api.cli import webhooks as webhook_cli
 from api.cli.common import database_errors
 from worker.platform.settings import flower_logins, get_settings
@@ -37,6 +39,8 @@ app = typer.Typer(
 app.add_typer(keys.app, name="keys")
 app.add_typer(quotas.app, name="quotas")
 app.add_typer(webhook_cli.app, name="webhooks")
+app.add_typer(watch_cli.app, name="watches")
+app.command("export")(export_cli.export)
 
 
 def _configure_logging() -> None:
@@ -190,7 +194,7 @@ def worker(
             "(SCHED_IDLE: starves under load) or none",
         ),
     ] = "weight",
-    cpu_weight: Annotated[int, _cpu_weight_option("worker", "EVIDENCE_WORKER_CPU_WEIGHT")] = 100,
+    cpu_weight: Annotated[int, _cpu_weight_option("worker", "EVIDENCE_WORKER_CPU_WEIGHT")] = 20,
     nice: Annotated[
         int,
         typer.Option(
@@ -244,17 +248,22 @@ def worker(
 @app.command()
 def beat(
     schedule: Annotated[
-        str, typer.Option(help="Beat's schedule file.")
-    ] = "var/celerybeat-schedule",
+        str | None,
+        typer.Option(
+            hidden=True,
+            help="Ignored: the schedule lives in Redis. Accepted so older command lines run.",
+        ),
+    ] = None,
 ) -> None:
-    """Run Celery beat, which schedules the sweep. Run exactly one per deployment."""
+    """Run Celery beat, which schedules the sweep. Run it on as many hosts as you like: the one
+    holding the lock in Redis sends, the others stand by (EVIDENCE_BEAT_LOCK_TIMEOUT_SECONDS)."""
     # Imported when the command runs: `evidence --help` and the other commands stay quick.
     from worker.jobs.celery_app import app as celery
 
+    del schedule  # the file scheduler is gone (worker/jobs/beat_lock.py)
     _configure_logging()
     settings = get_settings()
-    os.makedirs(os.path.dirname(schedule) or ".", exist_ok=True)
-    argv = ["beat", "--schedule", schedule, "--loglevel", settings.log_level]
+    argv = ["beat", "--loglevel", settings.log_level]
     if settings.log_json:
         argv.insert(0, "--quiet")  # the banner is plain text; beat logs "Starting..." itself
     celery.start(argv)

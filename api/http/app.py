@@ -11,7 +11,16 @@ from api import errors
 from api.auth import principal_for
 from api.http import metrics, openapi
 from api.http.middleware import RequestMetrics
-from api.http.routes import briefs, chunks, evidence, health, images, retrievals, webhooks
+from api.http.routes import (
+    briefs,
+    chunks,
+    evidence,
+    health,
+    images,
+    retrievals,
+    watches,
+    webhooks,
+)
 from api.services import image_fetch, waiters
 from api.services import retrievals as retrieval_service
 from api.serving import cpu_claims
@@ -79,6 +88,7 @@ def create_app() -> FastAPI:
     app.include_router(images.router)
     app.include_router(briefs.router)
     app.include_router(webhooks.router)
+    app.include_router(watches.router)
     app.include_router(metrics.router)
     return app
 

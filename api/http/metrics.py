@@ -9,7 +9,8 @@ Two kinds of numbers, chosen so one scrape of any API process describes the whol
   reason, rows by state, queue depth and oldest open age (in all and per lane), and open
   retrievals of the busiest workspaces from the database; the broker's queue lengths from
   Redis; fetch durations and sizes from the counters workers keep in Redis
-  (`worker.fetch.fleet_metrics`). Those are cheap aggregate reads, cached for `CACHE_SECONDS`.
+  (`worker.fetch.fleet_metrics`); the archive's bytes per workspace from its index
+  (`api.http.archive_metrics`). Those are cheap aggregate reads, cached for `CACHE_SECONDS`.
 
 Per-workspace series are bounded: the `TOP_WORKSPACES` workspaces with the most open
 retrievals get their own label value, all others are summed under `workspace="other"`.
@@ -39,6 +40,7 @@ from prometheus_client.core import (
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from api.http.archive_metrics import ArchiveCollector
 from api.http.webhook_metrics import WebhookCollector
 from api.services.counters import REGISTRY
 from worker.domain import clock
@@ -50,6 +52,7 @@ from worker.platform import confine
 from worker.retrieval.freshness import metrics as freshness_metrics
 from worker.store import db, retrieval_view
 from worker.store.models import LANES
+from worker.watches import liveness as watch_liveness
 
 #: Seconds a scrape's database/broker/Redis reads are reused for (0 = always fresh).
 CACHE_SECONDS = float(os.environ.get("EVIDENCE_METRICS_CACHE_SECONDS", "5"))
@@ -132,7 +135,20 @@ class StateCollector(Collector):
         confined = confine.read()
         if confined is not None:
             yield _confined_family(confined)
+        yield _watch_tick_family()
         yield up
+
+
+def _watch_tick_family() -> Metric:
+    """When the watch scheduler last finished a tick: alert when time() minus it grows."""
+    family = GaugeMetricFamily(
+        "evidence_watch_scheduler_last_tick_timestamp_seconds",
+        "Unix time of the watch scheduler's last finished tick (absent: none recorded).",
+    )
+    last = watch_liveness.last_tick()
+    if last is not None:
+        family.add_metric([], last)
+    return family
 
 
 class Rows:
@@ -283,6 +299,8 @@ STATE = StateCollector()
 REGISTRY.register(STATE)
 WEBHOOKS = WebhookCollector(CACHE_SECONDS)
 REGISTRY.register(WEBHOOKS)
+ARCHIVE = ArchiveCollector(CACHE_SECONDS)
+REGISTRY.register(ARCHIVE)
 router = APIRouter(include_in_schema=False)
 
 
@@ -294,6 +312,7 @@ def scrape_registry() -> CollectorRegistry:
     _multiprocess_collector(registry)
     registry.register(STATE)
     registry.register(WEBHOOKS)
+    registry.register(ARCHIVE)
     return registry
 
 

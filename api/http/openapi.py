@@ -18,8 +18,13 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api.http.deps import BEARER_SCHEME as BEARER
+from api.http.openapi_archive import archive_operations
+from api.http.openapi_archive import describe as describe_archive
 from api.http.openapi_examples import examples
+from api.http.openapi_links import brief_links, retrieval_links, webhook_links
+from api.http.openapi_memento import describe, memento_operations
 from api.http.openapi_schemas import components
+from api.http.openapi_watches import watch_operations
 
 #: What each error status means here; its body is always the envelope (`Error`).
 ERRORS: dict[int, tuple[str, str, str]] = {
@@ -32,11 +37,7 @@ ERRORS: dict[int, tuple[str, str, str]] = {
     403: ("not_entitled", "The key lacks the scope, or the workspace is not its.", "Forbidden"),
     404: ("not_found", "No such thing in the key's workspaces.", "NotFound"),
     409: ("invalid_input", "The request conflicts with what is stored.", "Conflict"),
-    413: (
-        "invalid_input",
-        "The request body is larger than the API accepts.",
-        "PayloadTooLarge",
-    ),
+    413: ("invalid_input", "The request body is larger than the API accepts.", "PayloadTooLarge"),
     429: (
         "rate_limited",
         "Over one of the workspace's quotas (code `rate_limited`: its write rate, open "
@@ -80,29 +81,6 @@ class Operation:
     links: dict[str, Any] | None = None
 
 
-def _retrieval_links() -> dict[str, Any]:
-    retrieval_id = {"retrieval_id": "$response.body#/retrieval/id"}
-    return {
-        "GetRetrieval": {"operationId": "getRetrieval", "parameters": retrieval_id},
-        "CancelRetrieval": {"operationId": "cancelRetrieval", "parameters": retrieval_id},
-    }
-
-
-def _brief_links() -> dict[str, Any]:
-    """A brief answer's ids and revision, as the other brief routes take them."""
-    ids = {"workspace_id": "$response.body#/brief/workspace_id", "id": "$response.body#/brief/id"}
-    revision = "$response.body#/brief/revision"
-    return {
-        "GetBrief": {"operationId": "getBrief", "requestBody": ids},
-        "ReviseBrief": {
-            "operationId": "reviseBrief",
-            "requestBody": {**ids, "expected_revision": revision},
-        },
-        "ReviewBrief": {"operationId": "reviewBrief", "requestBody": {**ids, "revision": revision}},
-        "ArchiveBrief": {"operationId": "archiveBrief", "requestBody": ids},
-    }
-
-
 def _body_and_answer(
     example: tuple[dict[str, Any], dict[str, Any]],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -115,7 +93,8 @@ def operations() -> dict[tuple[str, str], Operation]:
     ex = examples()
     retrieval = ("RetrievalResponse", "The retrieval as it stands.")
     brief = ("BriefResponse", "The brief as the request left it.")
-    links = _brief_links()
+    revision = ("EvidenceResponse", "The evidence revision (a memento when named).")
+    links = brief_links()
     evidence = "/research-api/evidence"
     return {
         ("post", f"{evidence}/retrieve"): Operation(
@@ -129,7 +108,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             ex["retrieve"],
             ex["retrieval"],
             poll_advice=True,
-            links=_retrieval_links(),
+            links=retrieval_links(),
         ),
         ("post", f"{evidence}/retrieve/batch"): Operation(
             "retrieveBatch",
@@ -162,12 +141,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             poll_advice=True,
         ),
         ("get", f"{evidence}/{{evidence_id}}"): Operation(
-            "getEvidence",
-            None,
-            {200: ("EvidenceResponse", "The evidence revision.")},
-            (404, 429),
-            None,
-            ex["evidence"],
+            "getEvidence", None, {200: revision}, (404, 429), None, ex["evidence"]
         ),
         ("get", f"{evidence}/{{evidence_id}}/diff"): Operation(
             "diffEvidence",
@@ -176,6 +150,14 @@ def operations() -> dict[tuple[str, str], Operation]:
             (404, 429),
             None,
             ex["evidence_diff"],
+        ),
+        ("post", f"{evidence}/quotes/verify"): Operation(
+            "verifyQuotes",
+            "QuoteVerifyRequest",
+            {200: ("QuoteVerifyResponse", "One answer per quote, in the order asked.")},
+            (404, 413, 429),
+            ex["quotes_verify"],
+            ex["quotes"],
         ),
         ("post", "/research-api/chunks/search"): Operation(
             "searchChunks",
@@ -250,6 +232,9 @@ def operations() -> dict[tuple[str, str], Operation]:
             links=links,
         ),
         **_webhook_operations(),
+        **{key: Operation(**spec) for key, spec in memento_operations().items()},
+        **{key: Operation(**spec) for key, spec in archive_operations().items()},
+        **{key: Operation(**spec) for key, spec in watch_operations().items()},
         ("get", "/healthz"): Operation(
             "healthz",
             None,
@@ -271,18 +256,6 @@ def operations() -> dict[tuple[str, str], Operation]:
     }
 
 
-def _webhook_links() -> dict[str, Any]:
-    """A created endpoint's id, as the routes on one endpoint take it."""
-    webhook_id = {"webhook_id": "$response.body#/webhook/id"}
-    names = ("getWebhook", "updateWebhook", "rotateWebhookSecret", "listWebhookDeliveries")
-    links = {
-        name[0].upper() + name[1:]: {"operationId": name, "parameters": webhook_id}
-        for name in names
-    }
-    links["DeleteWebhook"] = {"operationId": "deleteWebhook", "parameters": webhook_id}
-    return links
-
-
 def _webhook_operations() -> dict[tuple[str, str], Operation]:
     """The webhook routes (docs/webhooks.md)."""
     base = "/research-api/webhooks"
@@ -296,7 +269,7 @@ def _webhook_operations() -> dict[tuple[str, str], Operation]:
             "WebhookCreateRequest",
             {201: with_secret},
             (409, 413),
-            links=_webhook_links(),
+            links=webhook_links(),
         ),
         ("get", base): Operation(
             "listWebhooks", None, {200: ("WebhookListResponse", "The endpoints.")}
@@ -424,6 +397,8 @@ def build(app: FastAPI) -> dict[str, Any]:
     for path, item in document["paths"].items():
         for method, operation in item.items():
             _describe(operation, table[(method, path)])
+    describe(document["paths"])
+    describe_archive(document["paths"])
     document["components"] = {
         "schemas": components(),
         "responses": _error_responses(),

@@ -1,8 +1,8 @@
 """Examples for the OpenAPI document, from the contract's example files where it has them.
 
 `evidence_retrieve` and `briefs_get` have example calls and outputs in worker/contract; the
-chunks, images and evidence routes have none, so theirs are written here to fit the contract's
-schemas (a test validates every example against its schema).
+chunks, images, quotes and evidence routes have none, so theirs are written here to fit the
+contract's schemas (a test validates every example against its schema).
 """
 
 from __future__ import annotations
@@ -28,7 +28,17 @@ def examples() -> dict[str, Any]:
     brief_id = _arguments("briefs_get")["id"]
     content = brief["brief"]["content"]
     hit = {"report_id": 1, "title": "example", "date": "2099-01-15", "score": 0.42}
-    chunk = {**hit, "text": "example", "chunk_id": "ch_6b3f7c1e2d4a4f0a9b8c7d6e5f4a3b2c"}
+    evidence_id = "50000000-0000-4000-8000-000000000001"
+    chunk = {
+        **hit,
+        "text": "example",
+        "chunk_id": "ch_6b3f7c1e2d4a4f0a9b8c7d6e5f4a3b2c",
+        # Its anchor, beside the contract's fields: the revision's text[0:7] is "example".
+        "evidence_id": evidence_id,
+        "revision": 1,
+        "char_start": 0,
+        "char_end": 7,
+    }
     image = {
         **hit,
         "url": "https://example.com/figure.png",
@@ -38,7 +48,6 @@ def examples() -> dict[str, Any]:
         "image_id": "im_0c1d2e3f4a5b4c6d8e9f0a1b2c3d4e5f",
     }
     result = retrieval["retrieval"]["result"]
-    evidence_id = "50000000-0000-4000-8000-000000000001"
     digest = "0" * 64
     evidence = {
         "evidence": {
@@ -110,6 +119,32 @@ def examples() -> dict[str, Any]:
         "image_get": {"image_id": image["image_id"], "include_bytes": False},
         "image": {
             "result": {"image": {**image, "score": 0.0}, "bytes_base64": None, "format": "png"}
+        },
+        "quotes_verify": {
+            "workspace_id": workspace,
+            "quotes": [{"evidence_id": evidence_id, "quote": "Example"}],
+        },
+        "quotes": {
+            "result": {
+                "quotes": [
+                    {
+                        "evidence_id": evidence_id,
+                        "revision": 1,
+                        "match": "normalized",
+                        "score": 100.0,
+                        "start": 0,
+                        "end": 7,
+                        "text": "example",
+                        "occurrences": 1,
+                        "chunk_ids": [chunk["chunk_id"]],
+                        "cues": [],
+                        "context_before": "",
+                        "context_after": "",
+                        "fragment_url": "https://example.com/research-notes#:~:text=example",
+                        "revision_url": f"/research-api/evidence/{evidence_id}?revision=1",
+                    }
+                ]
+            }
         },
         # (request body, answer) of the brief routes.
         "brief_get": (_arguments("briefs_get"), brief),

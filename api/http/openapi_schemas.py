@@ -14,7 +14,8 @@ from api.mcp import read_tools  # noqa: F401  (provides the search contracts' do
 from api.mcp.tools import contract_file
 from api.read_schemas import MAX_SAFE_INTEGER
 from api.schemas import _ITEMS_SCHEMA, BatchGetRequest, BatchGetResponse, BatchRetrieveResponse
-from api.services.evidence_diff import COMPARED
+from api.services.diff_render import COMPARED
+from api.watch_schemas import openapi_components as watch_components
 from api.webhook_schemas import openapi_components
 
 #: The error codes a body may carry (`payload_too_large` and `rate_limited` included).
@@ -171,6 +172,7 @@ def _ready_schema() -> dict[str, Any]:
             "database": {"type": "boolean"},
             "broker": {"type": "boolean"},
             "oldest_age_seconds": ages,
+            "watch_scheduler": _object({"last_tick_age_seconds": age}, ["last_tick_age_seconds"]),
         },
         ["database", "broker"],
     )
@@ -246,6 +248,13 @@ def components() -> dict[str, dict[str, Any]]:
         "ImageGetResponse": _described(
             _contract("get_image.output.json"), "worker/contract/get_image.output.json"
         ),
+        "EvidenceExportRequest": _contract("evidence_export.input.json"),
+        "QuoteVerifyRequest": _described(
+            _contract("quotes_verify.input.json"), "worker/contract/quotes_verify.input.json"
+        ),
+        "QuoteVerifyResponse": _described(
+            _contract("quotes_verify.output.json"), "worker/contract/quotes_verify.output.json"
+        ),
         "BriefGetRequest": _described(
             _contract("briefs_get.input.json"), "worker/contract/briefs_get.input.json"
         ),
@@ -256,6 +265,7 @@ def components() -> dict[str, dict[str, Any]]:
         "Readiness": _ready_schema(),
         **_batch_schemas(),
         **openapi_components(),
+        **watch_components(),
     }
 
 

@@ -8,34 +8,19 @@ attempts by outcome). Cached like the other fleet-wide families.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 
 import sqlalchemy as sa
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 
+from api.http.cached_collector import CachedCollector
 from worker.store import db
 from worker.webhooks import metrics as attempt_metrics
 from worker.webhooks import records as store
 
 
-class WebhookCollector(Collector):
+class WebhookCollector(CachedCollector):
     """Deliveries and endpoints from the database, attempt durations from Redis."""
-
-    def __init__(self, cache_seconds: float) -> None:
-        self.cache_seconds = cache_seconds
-        self._lock = threading.Lock()
-        self._cached: tuple[float, list[Metric]] | None = None
-
-    def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            now = time.monotonic()
-            if self._cached is None or now - self._cached[0] >= self.cache_seconds:
-                self._cached = (now, list(self._read()))
-            families = self._cached[1]
-        yield from families
 
     def _read(self) -> Iterator[Metric]:
         states: dict[str, int] | None

@@ -26,9 +26,10 @@ from api.read_schemas import (
     ChunkSearchRequest,
     ImageGetRequest,
     ImageSearchRequest,
+    QuoteVerifyRequest,
 )
 from api.schemas import UuidText
-from api.services import image_fetch, read
+from api.services import image_fetch, quotes, read
 from worker.store import db
 
 #: Annotations of a tool that only reads this service's own records.
@@ -190,3 +191,25 @@ async def briefs_get(principal: Principal, request: BriefGetRequest) -> dict[str
         else:
             raise invalid_input("the brief has no such revision", field="revision")
     raise invalid_input("no such brief", field="id")
+
+
+@tool(
+    "research_verify_quote",
+    contract="quotes_verify",
+    title="Verify Quotes (Research)",
+    description=(
+        "Check up to 100 quotes against immutable evidence revisions of the workspace: exact, "
+        "normalized, fuzzy (with a score) or none, with offsets, chunk ids, caption cues, a "
+        "text-fragment link and context. Requires agent:research."
+    ),
+    model=QuoteVerifyRequest,
+)
+async def verify_quote(principal: Principal, request: QuoteVerifyRequest) -> dict[str, Any]:
+    """As `POST /research-api/evidence/quotes/verify`; an evidence id this key cannot see is
+    invalid_input naming it (the MCP contract has no not_found)."""
+    try:
+        return await _answer(quotes.verify_quotes, principal, request)
+    except ApiError as exc:
+        if exc.code != "not_found":
+            raise
+        raise invalid_input(exc.message, exc.field) from None

@@ -44,11 +44,12 @@ SERVER_NAME = "evidence-retrieval"
 #: Codes a tool error may carry (the contract's); anything else is reported as `internal`.
 TOOL_ERROR_CODES = frozenset({"invalid_input", "not_entitled", "upstream_unavailable", "internal"})
 
-#: An MCP message over HTTP: the largest tool arguments are an opaque id of any length (the
-#: API's `chunks/get` takes up to 64 KiB). Text in `params` is checked by each call, as it is
-#: over stdio, so that a bad argument is a tool error naming it.
+#: An MCP message over HTTP: the largest tool arguments are research_verify_quote's 100 quotes
+#: of up to 10 000 characters (3 bytes each in UTF-8), and an opaque id of any length (the API's
+#: `chunks/get` takes up to 64 KiB). Text in `params` is checked by each call, as it is over
+#: stdio, so that a bad argument is a tool error naming it.
 MESSAGE_BOUNDS = Bounds(
-    max_bytes=256 * 1024,
+    max_bytes=4 * 1024 * 1024,
     max_values=4096,
     max_depth=16,
     max_string_chars=64 * 1024,

@@ -7,91 +7,43 @@ revisions are a valid, empty diff.
 
 A diff of two large revisions is tens of milliseconds of pure-Python CPU (1 000 cues; a
 20 000-line text up to half a second). On the request threads, 40 at once held all eight of
-them and /healthz waited behind them (p50 1.06 s). So the lookup that says whose item it is
-takes a request thread briefly; loading the revisions, diffing and rendering the JSON run in
-a pool of their own, `EVIDENCE_DIFF_CONCURRENCY` threads per process, and a workspace has at
-most `EVIDENCE_DIFF_PER_WORKSPACE` diffs admitted (running or queued) per process: one more is
+them and /healthz waited behind them (p50 1.06 s). So a diff takes no request thread: the
+lookup that says whose item it is runs in a pool of its own, `EVIDENCE_DIFF_CONCURRENCY`
+threads per process, each handing the loading, the diff and its JSON to a diff process
+(`diff_processes`: in a thread, they held the GIL the event loop needs), and a workspace (the
+key's; a key of several workspaces is bounded as one of its own) has at most
+`EVIDENCE_DIFF_PER_WORKSPACE` diffs admitted (running or queued) per process: one more is
 answered 429 `rate_limited` with Retry-After at once, as is any past `EVIDENCE_DIFF_QUEUE`
 admitted in the process. docs/evidence-diff.md, "Bounds on the work", has the figures.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, cast
 
 import anyio.to_thread
 from sqlalchemy.orm import Session
 
 from api.auth import Principal
 from api.errors import not_found
+from api.services import diff_processes, diff_render
 from api.services.admission import rate_limited
+from api.services.evidence_access import readable_item
 from api.services.thread_pools import LoopPool
-from worker.content.cue_diff import match_cues
-from worker.content.diff import diff_text
-from worker.content.results import SegmentDict
 from worker.platform.settings import get_settings
-from worker.store import evidence as evidence_store
 from worker.store.db import read_only_session
-from worker.store.models import EvidenceRevision
 
-#: The revision's fields a diff compares, as `changed` names them.
-COMPARED = ("text", "title", "description", "segments")
 #: Retry-After (seconds) of a diff refused over a bound: a diff takes milliseconds to a second.
 DIFF_RETRY_AFTER_SECONDS = 1
 
 
-def _segments(revision: EvidenceRevision) -> list[SegmentDict]:
-    return cast("list[SegmentDict]", revision.segments or [])
-
-
-def diff_payload(
-    evidence_id: uuid.UUID, kind: str, old: EvidenceRevision, new: EvidenceRevision
-) -> dict[str, Any]:
-    """The diff answer: fields that differ, and the text's or the cues' changes by kind."""
-    changed = [name for name in COMPARED if getattr(old, name) != getattr(new, name)]
-    text = cues = None
-    if kind == "published_captions":
-        cues = match_cues(_segments(old), _segments(new))
-    else:
-        labels = (f"revision {old.revision}", f"revision {new.revision}")
-        text = diff_text(old.text or "", new.text or "", labels)
-    return {
-        "diff": {
-            "evidence_id": str(evidence_id),
-            "kind": kind,
-            "from_revision": old.revision,
-            "to_revision": new.revision,
-            "from_sha256": old.content_sha256,
-            "to_sha256": new.content_sha256,
-            "changed": changed,
-            "text": text,
-            "cues": cues,
-            "truncated": (text or cues or {"truncated": False})["truncated"],
-        }
-    }
-
-
 def _readable(session: Session, principal: Principal, evidence_id: uuid.UUID) -> tuple[str, str]:
     """(workspace, kind) of an item the key can read; 404 as for an unknown one otherwise."""
-    evidence = evidence_store.get_evidence(session, evidence_id)
-    if evidence is None or not principal.can_read(evidence.workspace_id):
-        raise not_found("no such evidence")
+    evidence = readable_item(session, principal, evidence_id)
     return str(evidence.workspace_id), evidence.kind
-
-
-def _diff_loaded(
-    session: Session, evidence_id: uuid.UUID, kind: str, old: int, new: int
-) -> dict[str, Any]:
-    before = evidence_store.get_revision(session, evidence_id, old)
-    after = before if new == old else evidence_store.get_revision(session, evidence_id, new)
-    if before is None or after is None:
-        raise not_found(f"no such revision: {old if before is None else new}")
-    return diff_payload(evidence_id, kind, before, after)
 
 
 class Admitted:
@@ -124,31 +76,38 @@ admitted = Admitted()
 _pool = LoopPool()
 
 
-def _lookup(principal: Principal, evidence_id: uuid.UUID) -> tuple[str, str]:
+def _rendered(principal: Principal, evidence_id: uuid.UUID, old: int, new: int) -> bytes:
+    """The answer as JSON bytes: whose item it is is looked up here; the revisions are loaded,
+    diffed and rendered in a diff process."""
     with read_only_session() as session:
-        return _readable(session, principal, evidence_id)
+        _, kind = _readable(session, principal, evidence_id)
+    processes = get_settings().diff_concurrency
+    answer = diff_processes.run(processes, diff_render.render_stored, evidence_id, kind, old, new)
+    if isinstance(answer, int):
+        raise not_found(f"no such revision: {answer}")
+    return answer
 
 
-def _rendered(evidence_id: uuid.UUID, kind: str, old: int, new: int) -> bytes:
-    """The answer as JSON bytes, rendered here so that the event loop never walks it."""
-    with read_only_session() as session:
-        payload = _diff_loaded(session, evidence_id, kind, old, new)
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+def _admitted_as(principal: Principal) -> str:
+    """Whose bound a diff counts against: the key's workspace, known before any lookup (a key
+    of several workspaces is bounded as one of its own)."""
+    if len(principal.workspaces) == 1:
+        return str(next(iter(principal.workspaces)))
+    return f"key:{principal.key_id}"
 
 
 async def diff_json(principal: Principal, evidence_id: uuid.UUID, old: int, new: int) -> bytes:
     """The diff answer as JSON bytes, within the per-workspace and per-process bounds.
 
-    The lookup takes a request thread briefly; the revisions, the diff and its rendering are
-    the diff pool's, never a request thread's nor the event loop's.
+    The lookup, the revisions, the diff and its rendering are the diff pool's, never a
+    request thread's nor the event loop's.
     """
     principal.require(None)
-    workspace, kind = await anyio.to_thread.run_sync(_lookup, principal, evidence_id)
     settings = get_settings()
-    with admitted.hold(workspace, settings.diff_per_workspace, settings.diff_queue):
+    with admitted.hold(_admitted_as(principal), settings.diff_per_workspace, settings.diff_queue):
         limiter = _pool.limiter(settings.diff_concurrency)
         # Not abandoned on cancel: the admission stays taken until the thread is done, so the
         # bounds count every diff really running.
         return await anyio.to_thread.run_sync(
-            _rendered, evidence_id, kind, old, new, limiter=limiter
+            _rendered, principal, evidence_id, old, new, limiter=limiter
         )

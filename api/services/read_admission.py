@@ -5,15 +5,19 @@ EVIDENCE_QUOTA_READ_RATE, size EVIDENCE_QUOTA_READ_BURST, overrides from `eviden
 a `GET …/retrievals/{id}` (with `Prefer: wait=N`, once for the whole wait: its re-reads on
 notifications are free), a replayed POST (and the MCP retrieve tool's replay), a read-side call
 (evidence, chunks, images, briefs); a batch-get costs one token per BATCH_GET_IDS_PER_TOKEN ids
-(one indexed query, but a payload per id). Cancels are not limited (they only reduce work).
+(one indexed query, but a payload per id), and so do a batch POST's replayed items. Cancels
+are not limited (they only reduce work).
 
 Over the rate the answer is the write rate's 429 (`rate_limited`, `retry_after_seconds`,
 `Retry-After`). Each API process notes what it refused, per workspace and subject (a retrieval
 id, a mutation id, a batch-get's ids): asked again before the `Retry-After` it was given, it
 answers 429 from that note, with neither Redis nor the database. On the async routes (GET,
-batch-get) every read refusal is held up to HOLD_SECONDS before it is answered, so that a
-client polling in a loop on N connections gets at most about N a second. The note is per
-process on purpose:
+batch-get) every read refusal is held before it is answered, between half and all of
+HOLD_SECONDS, so that a client polling in a loop on N connections gets at most about N/1.5
+answers a second, and its connections come back spread out rather than all at once. The
+note lasts the hold plus the Retry-After, as a client that respects the header counts from
+the answer: an impatient poller back after the hold is refused from the
+note, and only one that waited is asked about in Redis. The note is per process on purpose:
 another process that has not seen the refusal asks the bucket, which is shared in Redis, so
 the workspace never gets more than its rate across processes; sharing the notes would cost
 every early poll a Redis round trip to save at most one per process.
@@ -29,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import random
 import threading
 import time
 import uuid
@@ -42,8 +47,8 @@ from api.services import admission as quotas
 P = TypeVar("P")
 _sleep = asyncio.sleep  # what a hold awaits (a test records it)
 
-#: Longest an early poll (one back before its Retry-After) is held before its 429, in seconds.
-HOLD_SECONDS = 1.0
+#: Longest a read refusal is held before its 429 is answered (on the async routes), in seconds.
+HOLD_SECONDS = 2.0
 #: Ids of a batch-get that cost one token (1 000 ids: 10 tokens).
 BATCH_GET_IDS_PER_TOKEN = 100
 #: Refusals and retrieval workspaces each process remembers; past it, it starts afresh.
@@ -68,11 +73,11 @@ class _Notes:
             return 0.0
         return left
 
-    def refused(self, workspace_id: uuid.UUID, subject: str, retry_after: int) -> None:
+    def refused(self, workspace_id: uuid.UUID, subject: str, seconds: float) -> None:
         with self._lock:
             if len(self._until) >= NOTES_SIZE:
                 self._until.clear()
-            self._until[(workspace_id, subject)] = time.monotonic() + retry_after
+            self._until[(workspace_id, subject)] = time.monotonic() + seconds
 
     def clear(self) -> None:
         self._until.clear()
@@ -137,43 +142,69 @@ def batch_get_tokens(count: int) -> int:
     return max(1, -(-count // BATCH_GET_IDS_PER_TOKEN))
 
 
-def _early(left: float) -> ApiError:
-    retry_after = quotas.retry_seconds(left)
-    return quotas.rate_limited(
+class ReadRefusal(ApiError):
+    """A read's 429, with how long the route holds it before answering (`held`)."""
+
+    def __init__(self, refusal: ApiError, hold: float) -> None:
+        super().__init__(
+            refusal.status, refusal.code, refusal.message, refusal.field, refusal.details,
+            refusal.retry_after,
+        )  # fmt: skip
+        self.hold = hold
+
+
+def hold_for() -> float:
+    """How long to hold a refusal: half to all of HOLD_SECONDS, at random, so that connections
+    refused together come back spread out. It may outlast the Retry-After (which a client
+    counts from the answer): the hold is for clients that ignore it."""
+    return HOLD_SECONDS * random.uniform(0.5, 1.0)
+
+
+def _early(workspace_id: uuid.UUID, subject: str, left: float, holds: bool) -> ApiError:
+    hold = hold_for() if holds else 0.0
+    # Counted from the answer, after the hold: a client that waits it out is not early.
+    retry_after = quotas.retry_seconds(max(0.0, left - hold))
+    if hold + retry_after < left:  # the advice is capped: the note ends with it, never later
+        notes.refused(workspace_id, subject, hold + retry_after)
+    refusal = quotas.rate_limited(
         f"this workspace was over its read rate for this; retry after {retry_after} s",
         retry_after,
     )
+    return ReadRefusal(refusal, hold)
 
 
-def check(workspace_id: uuid.UUID, subject: str | None) -> None:
+def check(workspace_id: uuid.UUID, subject: str | None, *, holds: bool = False) -> None:
     """Refuse from this process's note a subject asked about before its Retry-After: no Redis,
-    no database, no I/O at all (so it may run in the event loop)."""
+    no database, no I/O at all (so it may run in the event loop). `holds`: the caller answers
+    inside `held`."""
     if subject is not None:
         left = notes.remaining(workspace_id, subject)
         if left > 0:
-            raise _early(left)
+            raise _early(workspace_id, subject, left, holds)
 
 
 @contextlib.asynccontextmanager
 async def held() -> AsyncIterator[None]:
     """Around an async route's admission and read: a read refusal (429) is answered only after
-    up to HOLD_SECONDS (never longer than its Retry-After), so that a client asking again at
-    once on N connections gets at most about N refusals a second, and costs a sleeping
-    coroutine meanwhile rather than a busy CPU."""
+    its hold (`hold_for`), so that a client asking again at once costs a sleeping coroutine
+    meanwhile rather than a busy CPU."""
     try:
         yield
-    except ApiError as exc:
-        if exc.code == "rate_limited" and exc.retry_after:
-            await _sleep(min(HOLD_SECONDS, exc.retry_after))
+    except ReadRefusal as exc:
+        if exc.hold > 0:
+            await _sleep(exc.hold)
         raise
 
 
-def admit(workspace_id: uuid.UUID, subject: str | None = None, tokens: int = 1) -> None:
+def admit(
+    workspace_id: uuid.UUID, subject: str | None = None, tokens: int = 1, *, holds: bool = False
+) -> None:
     """Take `tokens` from the workspace's read bucket, or raise its 429 (and note the refusal).
+    `holds`: the caller answers inside `held`, so the refusal is held (and its note longer).
 
     Blocking (Redis now and then, the override cache's database read every few seconds): call it
     from a worker thread."""
-    check(workspace_id, subject)
+    check(workspace_id, subject, holds=holds)
     limits = quotas.limits_for(workspace_id)
     bucket = limits.reads()
     grant = quotas.readers.take(workspace_id, tokens, bucket)
@@ -181,9 +212,10 @@ def admit(workspace_id: uuid.UUID, subject: str | None = None, tokens: int = 1) 
         return
     quotas.readers.refund(workspace_id, grant.granted, bucket)
     retry_after = grant.retry_after or 1
+    hold = hold_for() if holds else 0.0
     if subject is not None:
-        notes.refused(workspace_id, subject, retry_after)
-    raise quotas.over_read_rate(limits, retry_after)
+        notes.refused(workspace_id, subject, hold + retry_after)
+    raise ReadRefusal(quotas.over_read_rate(limits, retry_after), hold)
 
 
 def charged_once(
@@ -204,7 +236,7 @@ def charged_once(
             return read()
         first[0] = False
         if charged is not None:
-            admit(charged, subject, tokens)
+            admit(charged, subject, tokens, holds=True)
             value = read()
             for retrieval_id, workspace_id in owners(value).items():
                 learn(retrieval_id, workspace_id)
@@ -214,14 +246,14 @@ def charged_once(
             value = read()
         except ApiError:  # a 404: the miss is paid for like a hit
             if fallback is not None:
-                admit(fallback, subject, tokens)
+                admit(fallback, subject, tokens, holds=True)
             raise
         found = owners(value)
         for retrieval_id, workspace_id in found.items():
             learn(retrieval_id, workspace_id)
         payers = sorted(set(found.values())) or ([fallback] if fallback is not None else [])
         for workspace_id in payers:
-            admit(workspace_id, subject, tokens)
+            admit(workspace_id, subject, tokens, holds=True)
         return value
 
     return admitted

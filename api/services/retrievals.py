@@ -22,6 +22,7 @@ from api.schemas import RetrieveRequest
 from api.services import admission as quotas
 from api.services import read_admission
 from api.services.counters import RETRIEVALS_CREATED
+from api.services.evidence_access import readable_revision
 from api.services.evidence_payload import (
     RetrievalDoc,
     RetrievalPayload,
@@ -237,12 +238,7 @@ def read_evidence(
     """One evidence revision (latest by default) with the list of revisions."""
     principal.require(None)
     read_admission.admit_read_side(principal)
-    evidence = evidence_store.get_evidence(session, evidence_id)
-    if evidence is None or not principal.can_read(evidence.workspace_id):
-        raise not_found("no such evidence")
-    row = evidence_store.get_revision(session, evidence_id, revision)
-    if row is None:
-        raise not_found("no such revision")
+    evidence, row = readable_revision(session, principal, evidence_id, revision)
     revisions = evidence_store.list_revisions(session, evidence_id)
     confirmed = sources.confirmations(session, evidence_id)
     return evidence_payload(evidence, row, revisions, confirmed)

@@ -19,6 +19,7 @@ from api.auth import Principal
 from api.errors import ApiError, envelope, invalid_input, not_entitled, validation_error
 from api.schemas import RetrieveRequest
 from api.services import admission as quotas
+from api.services import read_admission
 from api.services.evidence_payload import retrieval_payload
 from api.services.retrievals import (
     announce_created,
@@ -107,6 +108,7 @@ def submit_batch(
             results[index] = _batch_result(outcome, request, answered, limits, grant)
         created += outcome.created.values()
         quotas.limiter.refund(workspace_id, grant.granted - len(outcome.created), limits)
+        _charge_replays(workspace_id, [index for index, _ in wanted[workspace_id]], results)
     if created:
         announce_created(created)
         sent = set(outbox.publish([row.id for row in created], "batch"))
@@ -114,6 +116,23 @@ def submit_batch(
         if unsent:  # the broker did not take them: the sweep publishes them later
             db.with_transient_retry(lambda s: publication.mark_unpublished(s, unsent))
     return [result for result in results if result is not None]
+
+
+def _charge_replays(
+    workspace_id: uuid.UUID, indexes: list[int], results: list[dict[str, Any] | None]
+) -> None:
+    """Replayed items are polls: they cost read tokens, one per BATCH_GET_IDS_PER_TOKEN as a
+    batch-get would; over the read rate each is answered 429 instead (new items are not)."""
+    replayed = [
+        i for i in indexes if (result := results[i]) is not None and result["status"] == 200
+    ]
+    if not replayed:
+        return
+    try:
+        read_admission.admit(workspace_id, tokens=read_admission.batch_get_tokens(len(replayed)))
+    except ApiError as refusal:
+        for index in replayed:
+            results[index] = _item_error(refusal)
 
 
 def _batch_result(

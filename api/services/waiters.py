@@ -24,6 +24,7 @@ from typing import TypeVar
 import structlog
 from starlette.concurrency import run_in_threadpool
 
+from api.services.thread_pools import Runner
 from api.serving.header_values import decimal
 from worker.platform import redis_clients
 from worker.platform.settings import get_settings
@@ -137,13 +138,14 @@ async def wait_until(
     ids: Iterable[str],
     done: Callable[[P], bool],
     seconds: float,
+    run: Runner | None = None,
 ) -> P:
-    """Read with `read` (in a worker thread) until `done` says so or `seconds` pass.
+    """Read with `read` until `done` says so or `seconds` pass.
 
-    Registers before the first read, so an announcement between that read and the wait is not
-    missed; the event is cleared before every read, so one arriving during a read wakes the
-    next wait at once. The last read happens when the time is up, so the answer is the state
-    then.
+    Each read runs in a worker thread (one of `run`'s when given). Registers before the first
+    read, so an announcement between that read and the wait is not missed; the event is
+    cleared before every read, so one arriving during a read wakes the next wait at once. The
+    last read happens when the time is up, so the answer is the state then.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0.0, seconds)
@@ -154,7 +156,7 @@ async def wait_until(
                 await asyncio.wait_for(center.subscribed.wait(), SUBSCRIBE_WAIT_SECONDS)
         while True:
             event.clear()
-            value = await run_in_threadpool(read)
+            value = await (run or run_in_threadpool)(read)
             remaining = deadline - loop.time()
             if done(value) or remaining <= 0:
                 return value

@@ -34,6 +34,8 @@ SMALL = Bounds(max_bytes=16 * 1024, max_values=64)
 #: A webhook endpoint: a URL of up to 2 048 and a description of up to 500 characters, each of
 #: which JSON may spell as a 12-byte surrogate-pair escape, so a schema-valid body reaches 30 KB.
 WEBHOOK = Bounds(max_bytes=64 * 1024, max_values=64)
+#: A watch: a URL of up to 2 048 characters, as a webhook's, and a few small fields.
+WATCH = Bounds(max_bytes=64 * 1024, max_values=64)
 #: `chunks/get` and `images/get`: an opaque id of any length (a long one is a miss), and
 #: unknown fields are allowed (and ignored) there.
 OPAQUE_ID = Bounds(max_bytes=64 * 1024, max_values=128, max_string_chars=64 * 1024)
@@ -54,6 +56,17 @@ BATCH = Bounds(
     text_unchecked=frozenset({"items"}),
 )
 BATCH_GET = Bounds(max_bytes=64 * 1024, max_values=2048)
+#: A workspace and up to 1 000 evidence ids (about 40 bytes each).
+EXPORT = Bounds(max_bytes=64 * 1024, max_values=2048)
+#: Up to 100 quotes of up to 10 000 characters (JSON may spell one in 12-byte escapes), each
+#: with an evidence id and a revision. Longer text is refused here; up to 64 KiB, the model
+#: answers, naming the quote.
+QUOTES = Bounds(
+    max_bytes=lambda: get_settings().max_body_bytes,
+    max_values=1024,
+    max_depth=4,
+    max_string_chars=64 * 1024,
+)
 
 #: (method, path template) of every route with a JSON body, and its bounds. A route with a
 #: body missing here fails tests/api/test_bounded_bodies.py.
@@ -61,6 +74,8 @@ ROUTES: dict[tuple[str, str], Bounds] = {
     ("POST", f"{API}/evidence/retrieve"): SMALL,
     ("POST", f"{API}/evidence/retrieve/batch"): BATCH,
     ("POST", f"{API}/evidence/retrievals/batch-get"): BATCH_GET,
+    ("POST", f"{API}/evidence/quotes/verify"): QUOTES,
+    ("POST", f"{API}/evidence/exports"): EXPORT,
     ("POST", f"{API}/chunks/search"): SMALL,
     ("POST", f"{API}/chunks/get"): OPAQUE_ID,
     ("POST", f"{API}/images/search"): SMALL,
@@ -72,6 +87,8 @@ ROUTES: dict[tuple[str, str], Bounds] = {
     ("POST", f"{API}/briefs/archive"): SMALL,
     ("POST", f"{API}/webhooks"): WEBHOOK,
     ("PATCH", f"{API}/webhooks/{{webhook_id}}"): WEBHOOK,
+    ("POST", f"{API}/watches"): WATCH,
+    ("PATCH", f"{API}/watches/{{watch_id}}"): WATCH,
 }
 
 

@@ -57,6 +57,10 @@ def valid_bodies(workspace: uuid.UUID) -> dict[tuple[str, str], dict[str, Any]]:
         ("POST", f"{API}/evidence/retrieve"): retrieve,
         ("POST", f"{API}/evidence/retrieve/batch"): {"items": [retrieve]},
         ("POST", f"{API}/evidence/retrievals/batch-get"): {"ids": [str(uuid.uuid4())]},
+        ("POST", f"{API}/evidence/quotes/verify"): {
+            "workspace_id": ws,
+            "quotes": [{"evidence_id": str(uuid.uuid4()), "quote": "q"}],
+        },
         ("POST", f"{API}/chunks/get"): {"chunk_id": "ch_nope"},
         ("POST", f"{API}/images/get"): {"image_id": "im_nope"},
         ("POST", f"{API}/briefs/create"): {"workspace_id": ws, "content": brief},
@@ -229,12 +233,14 @@ def mcp_post(url: str, data: bytes, key: str | None) -> httpx.Response:
 
 
 def test_mcp_bombs_are_refused_before_the_sdk_parses_them(mcp: str) -> None:
-    """300 000 argument keys (5.3 MB), nesting and a huge string, keyed and keyless."""
+    """Argument keys past the message's byte bound (about 6 MB), nesting and a huge string,
+    keyed and keyless."""
     key = make_key([uuid.uuid4()])
-    arguments: dict[str, Any] = {"chunk_id": "ch_nope"}
-    arguments.update((f"k{i}", 1) for i in range(300_000))
-    key_bomb = json.dumps(tools_call(arguments)).encode()
     limit = MESSAGE_BOUNDS.byte_limit()
+    arguments: dict[str, Any] = {"chunk_id": "ch_nope"}
+    arguments.update((f"k{i}", 1) for i in range(limit // 9))
+    key_bomb = json.dumps(tools_call(arguments)).encode()
+    assert limit < len(key_bomb) < Settings().max_body_bytes
     for keyed in (True, False):
         check_envelope(mcp_post(mcp, key_bomb, key if keyed else None), 413, "invalid_input")
     # Within the size bound: keyless is refused before it is read, keyed by its bounds.

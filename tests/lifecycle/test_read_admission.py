@@ -12,13 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 import sqlalchemy as sa
 
 from api.services import admission as quotas
 from api.services import read_admission
-from tests.conftest import Env
 from tests.support.factories import Api, body, cancel_open, check_envelope, make_key, parked
+from tests.support.redis_scripts import ScriptRuns
 from tests.support.services import ROOT, wait_for
 from worker.domain import clock
 from worker.lanes import quota_overrides as quota_store
@@ -75,12 +74,6 @@ class Queries:
             self.statements.append(statement)
 
 
-def script_calls(env: Env) -> int:
-    """Lua scripts (token buckets) Redis has run so far."""
-    stats: dict[str, dict[str, int]] = redis.Redis.from_url(env.redis.url).info("commandstats")  # type: ignore[assignment]
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
-
-
 class TestPolls:
     def test_over_the_rate_is_429_and_another_workspace_is_not(
         self, api: Api, http: Any, workspace: uuid.UUID
@@ -102,7 +95,7 @@ class TestPolls:
             cancel_open(other)
 
     def test_an_early_poll_touches_neither_database_nor_redis(
-        self, api: Api, env: Env, workspace: uuid.UUID
+        self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Refused once, the same poll before its Retry-After is refused from memory: no
         statement, no bucket script; a replayed POST alike."""
@@ -113,32 +106,47 @@ class TestPolls:
         payload = body("https://example.org/early", workspace)
         assert api.post(payload).status_code == 202  # a new one: the write rate's, not a read
         refused(api.post(payload))  # its replay is a read: none left
-        scripts = script_calls(env)
+        scripts = ScriptRuns(monkeypatch)
         with Queries() as queries:
             assert refused(api.get(retrieval_id)) <= retry_after
             refused(api.post(payload))
         assert queries.statements == []
-        assert script_calls(env) == scripts
+        assert scripts.count == 0
 
     def test_refusals_are_held_before_they_are_answered(
         self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """A refused GET and batch-get (the bucket's, then the note's) each wait out the hold
-        before their 429; an admitted GET does not."""
+        """A refused GET and batch-get (the bucket's, then the note's) each wait out a hold of
+        half to all of HOLD_SECONDS before their 429, and the note counts the Retry-After from
+        the answer; an admitted GET and a refused replayed POST (a plain route) are not held."""
         holds: list[float] = []
 
         async def hold(seconds: float) -> None:
             holds.append(seconds)
 
         monkeypatch.setattr(read_admission, "_sleep", hold)
+        monkeypatch.setattr(read_admission, "HOLD_SECONDS", 30.0)  # recorded, never slept
+        # The longest hold, then the shortest: the note's Retry-After is then capped (60 s).
+        chosen = iter([30.0, 15.0, 20.0])
+        monkeypatch.setattr(read_admission, "hold_for", lambda: next(chosen))
         read_quota(workspace, 0.01, 1)
         [retrieval_id] = parked(workspace)
+        payload = body("https://example.org/held", workspace)
+        assert api.post(payload).status_code == 202
         assert api.get(retrieval_id).status_code == 200
         assert holds == []
-        refused(api.get(retrieval_id))  # the bucket's refusal
-        refused(api.get(retrieval_id))  # the note's
+        retry_after = refused(api.get(retrieval_id))  # the bucket's refusal
+        assert len(holds) == 1 and 15.0 <= holds[0] <= 30.0
+        # A client that respects Retry-After counts it from the answer, after the hold.
+        left = read_admission.notes.remaining(workspace, str(retrieval_id))
+        assert left > retry_after + 10
+        again = refused(api.get(retrieval_id))  # the note's
+        assert len(holds) == 2 and 15.0 <= holds[1] <= 30.0
+        # Not told to come back before the note ends (a capped Retry-After shortens the note).
+        assert read_admission.notes.remaining(workspace, str(retrieval_id)) <= holds[1] + again
         refused(api.batch_get([retrieval_id]))
-        assert holds == [read_admission.HOLD_SECONDS] * 3
+        refused(api.post(payload))  # a replay: a read, refused at once
+        assert len(holds) == 3
 
     def test_a_long_poll_counts_once(self, api: Api, workspace: uuid.UUID) -> None:
         """A wait that reads three times (start, a cancel's notification, the end) takes one
@@ -165,6 +173,26 @@ class TestPolls:
         assert api.get(retrieval_id).status_code == 200
         refused(api.get(retrieval_id))
         refused(api.batch_get(ids))
+
+    def test_replayed_batch_items_are_polls(self, api: Api, workspace: uuid.UUID) -> None:
+        """A batch POST's replayed items cost a read token per hundred, as a batch-get does;
+        over the read rate each replay is answered 429 while a new item beside it is still
+        created, and a malformed item keeps its own 400."""
+        read_quota(workspace, 0.01, 1)
+        first, second = (body(f"https://example.org/replayed/{n}", workspace) for n in range(2))
+        malformed = {"workspace_id": str(workspace), "url": "not a url"}
+        statuses = [r["status"] for r in api.batch([first, second, malformed]).json()["results"]]
+        assert statuses == [202, 202, 400]  # new items cost write tokens, not reads
+        replayed = api.batch([first, second, malformed])
+        assert [r["status"] for r in replayed.json()["results"]] == [200, 200, 400]
+        third = body("https://example.org/replayed/new", workspace)
+        refused_batch = api.batch([first, third, second, malformed])
+        results = refused_batch.json()["results"]
+        assert [r["status"] for r in results] == [429, 202, 429, 400]
+        for result in (results[0], results[2]):
+            assert result["error"]["code"] == "rate_limited"
+            assert result["error"]["details"]["retry_after_seconds"] >= 1
+        assert int(refused_batch.headers["Retry-After"]) >= 1
 
     def test_the_read_side_is_admitted(self, api: Api, http: Any, workspace: uuid.UUID) -> None:
         """Evidence by id and passage search take their workspace's tokens too."""

@@ -111,6 +111,23 @@ class TestDatabaseOutage:
         assert ready.json()["checks"]["database"] is False
 
 
+def end_lease(retrieval_id: str) -> None:
+    """The running claim's lease ends now, as if its whole time had passed."""
+    import sqlalchemy as sa
+
+    from worker.domain import clock
+    from worker.store import db, retrieval_view
+
+    table = retrieval_view.RETRIEVAL
+    db.with_transient_retry(
+        lambda s: s.execute(
+            sa.update(table)
+            .where(table.c.id == uuid.UUID(retrieval_id), table.c.state == "running")
+            .values(lease_until=clock.now() - timedelta(seconds=1))
+        )
+    )
+
+
 class TestLostWorker:
     """A worker killed mid-task: the lease runs out, the sweep re-runs it, or gives up."""
 
@@ -135,11 +152,16 @@ class TestLostWorker:
     def test_killed_on_last_attempt_is_unconfirmed(
         self, api: Api, services: Services, slow_page: str, workspace: uuid.UUID
     ) -> None:
-        """Killed on every attempt (max 2): the retrieval ends unconfirmed, never stuck."""
+        """Killed on every attempt (max 2): the retrieval ends unconfirmed, never stuck.
+
+        The test above waits for a lease to run out by itself; here each lease is cut short
+        once its worker is dead (two full leases are most of a minute on a busy machine)."""
         created = api.post(body(slow_page, workspace)).json()["retrieval"]
         self.kill_children_while_running(api, services, created["id"])
+        end_lease(created["id"])
         wait_for(lambda: row(created["id"]).attempt == 2, timeout=40)
         self.kill_children_while_running(api, services, created["id"])
+        end_lease(created["id"])
         done = api.wait(created["id"], timeout=60)
         assert done["state"] == "unconfirmed"
         assert done["result"] is None and done["evidence"] is None
@@ -173,15 +195,31 @@ class TestExpiry:
         assert replay.json()["retrieval"]["state"] == "expired"
 
     def test_running_past_valid_until_refuses_late_settle(
-        self, api: Api, slow_page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+        self, api: Api, site: TLSSite, workspace: uuid.UUID
     ) -> None:
-        """Expired while the worker fetches: the worker's late settle is fenced off."""
-        from worker.platform.settings import get_settings
+        """Expired while the worker fetches: the worker's late settle is fenced off.
 
-        monkeypatch.setattr(get_settings(), "receipt_ttl_seconds", 2)
-        created = api.post(body(slow_page, workspace)).json()["retrieval"]
-        api.wait(created["id"], states={"running"}, timeout=10)
-        expired = api.wait(created["id"], timeout=20)
+        Its valid_until is moved into the past once it runs, then the sweep runs: a short TTL
+        set ahead would, on a busy machine, expire it before any worker claimed it."""
+        import sqlalchemy as sa
+
+        from worker.domain import clock
+        from worker.jobs.sweep import run_sweep
+        from worker.store import db, retrieval_view
+
+        site.add("/rc/slower", slow)
+        created = api.post(body(site.url("/rc/slower?s=5"), workspace)).json()["retrieval"]
+        api.wait(created["id"], states={"running"}, timeout=20)
+        R = retrieval_view.RETRIEVAL.c
+        db.with_transient_retry(
+            lambda s: s.execute(
+                sa.update(retrieval_view.RETRIEVAL)
+                .where(R.id == uuid.UUID(created["id"]))
+                .values(valid_until=clock.now() - timedelta(seconds=1))
+            )
+        )
+        run_sweep()
+        expired = api.get(created["id"]).json()["retrieval"]
         assert expired["state"] == "expired"
-        time.sleep(3)  # the fetch ends and the worker tries to settle
+        time.sleep(6)  # the fetch ends and the worker tries to settle
         assert api.get(created["id"]).json()["retrieval"] == expired

@@ -29,6 +29,7 @@ from tests.support.read_schemas import (
     validate_get_chunk,
     validate_get_image,
     validate_image_search,
+    validate_quotes,
 )
 from tests.support.services import ROOT, Process, free_port, wait_for
 from tests.support.tls_site import TLSSite
@@ -39,6 +40,7 @@ GET_CHUNK = "research_get_chunk"
 IMAGE_SEARCH = "research_image_search"
 GET_IMAGE = "research_get_image"
 BRIEFS_GET = "sosoapi_research_briefs_get"
+VERIFY_QUOTE = "research_verify_quote"
 
 #: Each read tool's contract prefix in worker/contract/ (None: it has no contract files).
 CONTRACTS: dict[str, str | None] = {
@@ -47,6 +49,7 @@ CONTRACTS: dict[str, str | None] = {
     IMAGE_SEARCH: None,
     GET_IMAGE: "get_image",
     BRIEFS_GET: "briefs_get",
+    VERIFY_QUOTE: "quotes_verify",
 }
 
 #: How each tool's successful structured content is checked.
@@ -56,6 +59,7 @@ VALIDATORS: dict[str, Callable[[dict[str, Any]], Any]] = {
     IMAGE_SEARCH: validate_image_search,
     GET_IMAGE: validate_get_image,
     BRIEFS_GET: validate_brief,
+    VERIFY_QUOTE: validate_quotes,
 }
 
 

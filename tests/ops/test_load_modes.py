@@ -94,6 +94,8 @@ def _args(api: Any, **options: Any) -> argparse.Namespace:
         "honor_retry_after": True,
         "stop_after": 0.0,
         "get_ids": "",
+        "ids_out": "",
+        "poll_ids": "",
         "process_index": 0,
         "process_count": 1,
         "start_at": 0.0,
@@ -176,3 +178,28 @@ def test_the_make_run_set_is_the_procfile_less_its_addresses(tmp_path: Path) -> 
         "worker": ["worker"],
         "beat": ["beat", "--schedule", str(tmp_path / "beat")],
     }
+
+
+def test_posters_hand_their_retrievals_to_pollers_in_other_clients(
+    api: Any, tmp_path: Path
+) -> None:
+    ids = tmp_path / "ids.txt"
+    poster = _args(api, rate=50.0, duration=0.2, poll_mode="none", ids_out=str(ids))  # 10 slots
+
+    def poller(index: int) -> argparse.Namespace:
+        return _args(
+            api, poll_mode="ignore", poll_ids=str(ids), poll_connections=2, stop_after=1.0,
+            process_index=index, process_count=2,
+        )  # fmt: skip
+
+    async def together() -> list[dict[str, Any]]:
+        return list(await asyncio.gather(_client(poster), _client(poller(0)), _client(poller(1))))
+
+    posted, first, second = asyncio.run(together())
+    assert len(posted["requests"][POST]) == 10 and posted["requests"][GET] == []
+    assert len(ids.read_text().splitlines()) == 10
+    # Every retrieval polled until it settled, by one poller: the lines split between the two.
+    assert sorted(api.gets.values()) == [SETTLES_AFTER] * 10
+    assert len(first["settle_s"]) == len(second["settle_s"]) == 5
+    assert first["requests"][POST] == second["requests"][POST] == []
+    assert first["abandoned"] == second["abandoned"] == 0

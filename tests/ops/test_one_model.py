@@ -50,9 +50,9 @@ WORKER_ENV = (
     "EVIDENCE_API_CPU_WEIGHT",
 )
 #: The CPU share every deployment gives each side (worker/platform/cpu_share.py): the API
-#: twice the worker's weight; the worker at nice 10 where no cgroup can be made.
+#: ten times the worker's weight; the worker at nice 10 where no cgroup can be made.
 API_SHARE = "weight weight=200 nice=0"
-WORKER_SHARE = "weight weight=100 nice=10"
+WORKER_SHARE = "weight weight=20 nice=10"
 _VARIABLE = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
 
 
@@ -328,11 +328,13 @@ class TestOneModel:
             cpu_share=WORKER_SHARE,
         )
 
-    def test_beat_once(self, compose: tuple[dict[str, Any], str]) -> None:
-        """One beat process, one replica; no worker embeds one (`-B`)."""
+    def test_beat(self, compose: tuple[dict[str, Any], str]) -> None:
+        """The same bare `evidence beat` in the Procfile and in compose, whose two replicas hold
+        the lock in turn (worker/jobs/beat_lock.py); no worker embeds one (`-B`)."""
         services = compose[0]
         assert [n for n, argv in procfile_argv().items() if argv[0] == "beat"] == ["beat"]
         assert [n for n, argv in compose_argv(services).items() if argv[0] == "beat"] == ["beat"]
-        assert services["beat"]["deploy"]["replicas"] == 1
+        assert procfile_argv()["beat"] == compose_argv(services)["beat"] == ["beat"]
+        assert services["beat"]["deploy"]["replicas"] == 2
         for argv in [*procfile_argv().values(), *compose_argv(services).values()]:
             assert not {"-B", "--beat"} & set(argv), argv

@@ -135,8 +135,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@functools.cache
-@functools.lru_cache
+@functools.cache  # the README names the same commands many times: one process each
 def _evidence_help(path: tuple[str, ...]) -> str:
     evidence = Path(sys.executable).parent / "evidence"
     result = _run([str(evidence), *path, "--help"])

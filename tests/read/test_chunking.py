@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 from worker.content.chunking import (
     CUE_PAUSE_MS,
@@ -15,6 +16,7 @@ from worker.content.chunking import (
 )
 from worker.store.fulltext import fts5_query, query_terms, ts_config
 
+ROOT = Path(__file__).parents[2]
 PARAGRAPH = "Dissolved oxygen falls at night as algae stop photosynthesis. " * 4
 
 
@@ -32,7 +34,7 @@ class TestSplitText:
         paragraphs = [f"Paragraph {n}. {PARAGRAPH}".strip() for n in range(12)]
         passages = split_text("\n\n".join(paragraphs))
         assert len(passages) > 1
-        rejoined = [line for p in passages for line in p.text.split("\n")]
+        rejoined = [line for p in passages for line in p.text.split("\n") if line]
         assert rejoined == paragraphs
         assert all(len(p.text) <= MAX_CHARS for p in passages)
         assert [p.ordinal for p in passages] == list(range(len(passages)))
@@ -85,6 +87,87 @@ class TestSplitCues:
         """A revision with segments is split by its cues, not its text."""
         passages = split_revision("ignored text", [self.cue(0, "Spoken words.")])
         assert [p.text for p in passages] == ["Spoken words."]
+
+
+class TestAnchors:
+    """Every passage is its revision's text between its anchors."""
+
+    def test_text_passages_slice_the_text(self) -> None:
+        """Paragraphs, blank runs, long paragraphs cut at sentences and at words: the slice by
+        (char_start, char_end) is the passage, and passages come in order without overlap."""
+        long_words = "word " * 400
+        sentence = "The lake at Bergsee warmed by two degrees over a decade of summers.  "
+        text = (
+            "  Title line\n\n\n"
+            + "\n".join(f"Paragraph {n}. {PARAGRAPH}" for n in range(9))
+            + "\n \n"
+            + sentence * 40
+            + "\n"
+            + long_words
+            + "\r\nÉté — “quoted” ﬁnal line\u00ad.  "
+        )
+        passages = split_text(text)
+        assert len(passages) > 5
+        previous_end = 0
+        for passage in passages:
+            assert passage.char_start is not None and passage.char_end is not None
+            assert text[passage.char_start : passage.char_end] == passage.text
+            assert passage.char_start >= previous_end
+            assert len(passage.text) <= MAX_CHARS
+            previous_end = passage.char_end
+        assert passages[0].text.startswith("Title line")
+        assert passages[-1].text.endswith("ﬁnal line\u00ad.")
+
+    def test_caption_passages_slice_the_text(self) -> None:
+        """Caption passages are the stretch of the revision's text their cues say; rolling
+        repeats are said once, as in the text."""
+        from worker.content.captions import parse_captions
+        from worker.content.quotes.cues import cue_spans
+
+        vtt = "WEBVTT\n\n" + "".join(
+            f"00:00:{n:02d}.000 --> 00:00:{n:02d}.900\nLine {n} of the talk,\nsecond half {n}.\n\n"
+            for n in range(50)
+        )
+        parsed = parse_captions(vtt, "webvtt")
+        segments = [s.as_dict() for s in parsed.segments]
+        passages = split_revision(parsed.text, segments)
+        assert len(passages) > 1
+        for passage in passages:
+            assert passage.char_start is not None and passage.char_end is not None
+            assert parsed.text[passage.char_start : passage.char_end] == passage.text
+        spans = cue_spans(parsed.text, segments)
+        assert all(span is not None for span in spans)
+        rolling = (ROOT / "tests/fixtures/captions/rolling_auto.vtt").read_text()
+        rolled = parse_captions(rolling, "webvtt")
+        cues = [s.as_dict() for s in rolled.segments]
+        placed = cue_spans(rolled.text, cues)
+        said = [rolled.text[s:e] if s is not None else None for s, e in _pairs(placed)]
+        assert said == [
+            "hello everyone welcome",
+            None,
+            "to the channel",
+            None,
+            "today we talk about rivers",
+        ]
+        (passage,) = split_revision(rolled.text, cues)
+        assert passage.text == rolled.text and (passage.char_start, passage.char_end) == (
+            0,
+            len(rolled.text),
+        )
+
+    def test_cues_the_text_does_not_say_have_no_anchor(self) -> None:
+        """A revision whose text was cut before some cues: their passages keep the cues' words."""
+        cues = [
+            {"start_ms": 0, "end_ms": 1_000, "text": "Said and kept."},
+            {"start_ms": 9_000, "end_ms": 9_500, "text": "Past the cut."},
+        ]
+        first, second = split_cues(cues, "Said and kept.")
+        assert (first.char_start, first.char_end, first.text) == (0, 14, "Said and kept.")
+        assert (second.char_start, second.char_end, second.text) == (None, None, "Past the cut.")
+
+
+def _pairs(spans: list[tuple[int, int] | None]) -> list[tuple[int | None, int | None]]:
+    return [span if span is not None else (None, None) for span in spans]
 
 
 class TestChunkIds:

@@ -74,12 +74,19 @@ class TestChunks:
         assert {hit["title"] for hit in hits} == {f"Lakes of {marker}"}
         assert len({hit["report_id"] for hit in hits}) == 1
         paragraphs = {f"Paragraph {n} about {marker}. {FILLER * 2}".strip() for n in range(1, 9)}
-        lines = [line for hit in hits for line in hit["text"].split("\n")]
+        lines = [line for hit in hits for line in hit["text"].split("\n") if line]
         assert set(lines) <= paragraphs | {f"Lakes of {marker}"}, "whole paragraphs only"
         got = read.ok("chunks/get", {"chunk_id": hits[0]["chunk_id"]})["result"]["chunk"]
         assert got == {**hits[0], "score": 0.0}
         evidence = read.api.evidence(done["evidence"]["evidence_id"]).json()["evidence"]
         assert hits[0]["text"].split("\n")[0] in evidence["text"]
+        # Each chunk is cited back into its revision: the text sliced by its anchor.
+        for hit in hits:
+            assert (hit["evidence_id"], hit["revision"]) == (
+                done["evidence"]["evidence_id"],
+                done["evidence"]["revision"],
+            )
+            assert evidence["text"][hit["char_start"] : hit["char_end"]] == hit["text"]
 
     def test_stemmed_query_matches(
         self, read: ReadApi, site: TLSSite, workspace: uuid.UUID, marker: str
@@ -93,9 +100,13 @@ class TestChunks:
     ) -> None:
         """A caption file is split at whole cues and filtered by kind."""
         url = site.page(f"/read/{marker}.vtt", vtt(marker), content_type="text/vtt")
-        read.retrieve(url, workspace, kind="published_captions")
+        done = read.retrieve(url, workspace, kind="published_captions")
         hits = search(read, workspace, marker, kind="published_captions")
         assert hits and hits[0]["text"].startswith("Cue 1: the")
+        evidence = read.api.evidence(done["evidence"]["evidence_id"]).json()["evidence"]
+        for hit in hits:
+            got = read.ok("chunks/get", {"chunk_id": hit["chunk_id"]})["result"]["chunk"]
+            assert evidence["text"][got["char_start"] : got["char_end"]] == got["text"]
         assert all(text.endswith("rises.") for text in (h["text"] for h in hits))
         assert search(read, workspace, marker, kind="url_text") == []
 

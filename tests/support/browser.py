@@ -50,7 +50,7 @@ def require_chromium() -> tuple[str, str]:
 class Browser:
     """One headless Chromium session (its own profile directory), closed on exit."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, extra_flags: tuple[str, ...] = ()) -> None:
         chromium, chromedriver = require_chromium()
         self._profile = tempfile.mkdtemp(prefix="chromium-")
         port = free_port()
@@ -66,7 +66,7 @@ class Browser:
             wait_for(self._ready, timeout=30, interval=0.1)
             options = {
                 "binary": chromium,
-                "args": [*CHROMIUM_FLAGS, f"--user-data-dir={self._profile}"],
+                "args": [*CHROMIUM_FLAGS, *extra_flags, f"--user-data-dir={self._profile}"],
             }
             capabilities = {"browserName": "chrome", "goog:chromeOptions": options}
             value = self._call("POST", "/session", {"capabilities": {"alwaysMatch": capabilities}})

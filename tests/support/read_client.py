@@ -13,6 +13,7 @@ from tests.support.read_schemas import (
     validate_chunk_search,
     validate_get_chunk,
     validate_get_image,
+    validate_quotes,
 )
 
 #: Route → validator of its 200 answers (errors are checked as the envelope).
@@ -20,6 +21,7 @@ VALIDATORS = {
     "chunks/get": validate_get_chunk,
     "chunks/search": validate_chunk_search,
     "images/get": validate_get_image,
+    "evidence/quotes/verify": validate_quotes,
 }
 
 
@@ -41,7 +43,7 @@ class ReadApi:
                 validate_brief(data)
             elif route in VALIDATORS:
                 VALIDATORS[route](data)
-        elif route in ("chunks/get", "images/get"):
+        elif route in ("chunks/get", "images/get", "evidence/quotes/verify"):
             VALIDATORS[route](data)  # the error branch of the tool's own schema
         return response
 

@@ -37,9 +37,30 @@ def _check(validator: Draft7Validator, instance: Any) -> Any:
     return instance
 
 
+#: A chunk's fields in the contract, and the anchor it carries beside them (the contract's
+#: chunk schema allows extra fields).
+CHUNK_FIELDS = {"report_id", "title", "date", "score", "text", "chunk_id"}
+ANCHOR_FIELDS = {"evidence_id", "revision", "char_start", "char_end"}
+
+
+def check_anchor(chunk: dict[str, Any]) -> None:
+    """A chunk's anchor is well formed: a uuid, a revision, and a span as long as its text."""
+    assert isinstance(chunk["evidence_id"], str) and len(chunk["evidence_id"]) == 36, chunk
+    assert isinstance(chunk["revision"], int) and chunk["revision"] >= 1, chunk
+    start, end = chunk["char_start"], chunk["char_end"]
+    assert isinstance(start, int) and isinstance(end, int), chunk
+    assert 0 <= start < end and end - start == len(chunk["text"]), chunk
+
+
 def validate_get_chunk(payload: dict[str, Any]) -> dict[str, Any]:
-    """Assert a research_get_chunk answer (hit, miss or error) matches its output schema."""
-    return _check(_validator("get_chunk"), payload)
+    """Assert a research_get_chunk answer (hit, miss or error) matches its output schema; a
+    hit carries its anchor."""
+    _check(_validator("get_chunk"), payload)
+    chunk = payload.get("result", {}).get("chunk")
+    if chunk is not None:
+        assert set(chunk) == CHUNK_FIELDS | ANCHOR_FIELDS, chunk
+        check_anchor(chunk)
+    return payload
 
 
 def validate_get_image(payload: dict[str, Any]) -> dict[str, Any]:
@@ -56,8 +77,9 @@ def validate_chunk_search(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """Assert `{"result": {"chunks": [chunk…]}}`, each chunk shaped as in get_chunk."""
     assert set(payload) == {"result"} and set(payload["result"]) == {"chunks"}, payload
     for chunk in payload["result"]["chunks"]:
-        assert set(chunk) == {"report_id", "title", "date", "score", "text", "chunk_id"}
+        assert set(chunk) == CHUNK_FIELDS | ANCHOR_FIELDS
         _check(_validator("get_chunk", "chunk"), chunk)
+        check_anchor(chunk)
     return payload["result"]["chunks"]
 
 
@@ -67,3 +89,16 @@ def validate_image_search(payload: dict[str, Any]) -> list[dict[str, Any]]:
     for image in payload["result"]["images"]:
         _check(_validator("get_image", "image"), image)
     return payload["result"]["images"]
+
+
+def validate_quotes(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """Assert a research_verify_quote answer (result or error) matches quotes_verify.output.json;
+    each match's passage is as long as its offsets say."""
+    _check(_validator("quotes_verify"), payload)
+    answers: list[dict[str, Any]] = payload.get("result", {}).get("quotes", [])
+    for answer in answers:
+        if answer["match"] == "none":
+            assert answer["start"] is None and answer["text"] is None, answer
+        else:
+            assert answer["end"] - answer["start"] == len(answer["text"]), answer
+    return answers

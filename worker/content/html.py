@@ -14,7 +14,7 @@ from worker.content.decoding import decode_body
 from worker.content.markup import parse_bounded
 from worker.content.results import Content
 from worker.content.text import clean_inline, clean_text
-from worker.content.vote import second_opinion
+from worker.content.vote import voted_text
 from worker.domain.languages import is_mismatch, normalise_tag
 from worker.domain.reasons import Reason
 
@@ -32,19 +32,17 @@ class ExtractOptions(TypedDict, total=False):
     fast: bool
 
 
-#: trafilatura options, chosen by measured F1 (bench/extraction_quality.py). `fast` skips
-#: trafilatura's fallback extractors (readability, jusText), which cost as much again as its
-#: own pass and changed nothing on the labelled set; a page whose fast pass finds less than
-#: FALLBACK_BELOW_CHARS is extracted again with them (`main_text`).
+#: trafilatura options, chosen on the public benchmarks' development pages (bench/quality):
+#: neither precision nor recall favoured (precision mode dropped article lines the vote in
+#: `worker.content.vote` keeps anyway); `fast` skips trafilatura's own fallback extractors
+#: (readability, jusText), which cost a third of its CPU and which the vote replaces.
 EXTRACT_OPTIONS: ExtractOptions = {
-    "favor_precision": True,
+    "favor_precision": False,
     "favor_recall": False,
     "include_tables": True,
     "include_comments": False,
     "fast": True,
 }
-#: Main text shorter than this (trafilatura's own MIN_EXTRACTED_SIZE) calls for the fallbacks.
-FALLBACK_BELOW_CHARS = 250
 _LOGIN_PATH = re.compile(
     r"/(?:log-?in|sign-?in|signon|auth(?:enticate)?|sso|session/new|account/login)\b", re.I
 )
@@ -122,19 +120,18 @@ def is_login_wall(tree: lxml.html.HtmlElement, text: str, final_url: str) -> boo
     return marked and tiny
 
 
-def main_text(tree: lxml.html.HtmlElement, url: str | None) -> str:
-    """Return the cleaned main text found by trafilatura (metadata is read with lxml: faster),
-    voted on line by line by readability-lxml where trafilatura is unsure (`second_opinion`).
+def main_text(tree: lxml.html.HtmlElement, url: str | None, html: str | None = None) -> str:
+    """Return the cleaned main text: the lines of the page that trafilatura, readability-lxml
+    and Resiliparse vote for (`voted_text`); metadata is read with lxml.
 
-    trafilatura and readability work on copies of the tree they are given, so `tree` is left
-    unchanged for the title, the description and the images read from it afterwards.
+    `html` is the page's markup as parsed into `tree` (the bounded tree is serialised when it
+    is not given). The extractors work on copies, so `tree` is left unchanged for the title,
+    the description and the images read from it afterwards.
     """
-    text = _trafilatura_text(tree, url, EXTRACT_OPTIONS)
-    if len(text) < FALLBACK_BELOW_CHARS:
-        text = max(text, _trafilatura_text(tree, url, EXTRACT_OPTIONS | {"fast": False}), key=len)
-    cleaned = clean_text(text)
-    voted = second_opinion(cleaned, tree)
-    return cleaned if voted is cleaned else clean_text(voted)
+    text = clean_text(_trafilatura_text(tree, url, EXTRACT_OPTIONS))
+    page = html if html is not None else lxml.html.tostring(tree, encoding="unicode")
+    voted = voted_text(text, tree, page)
+    return text if voted is text else clean_text(voted)
 
 
 def _trafilatura_text(tree: lxml.html.HtmlElement, url: str | None, options: ExtractOptions) -> str:
@@ -160,7 +157,8 @@ def extract_html(
     content.language = declared_language(tree, headers)
     if tree is None:
         return PageExtraction(content)
-    text = main_text(tree, url)
+    # A page cut to its bounds is voted on as cut (its serialised tree), not as sent.
+    text = main_text(tree, url, None if cut else html)
     content.title = page_title(tree)
     content.description = page_description(tree)
     if is_login_wall(tree, text, url):

@@ -1,8 +1,10 @@
 """The contract's JSON Schemas: each tool's input, output, annotations and examples.
 
-The files beside this module are the contract's own documents, unchanged. Both sides read them
-through this import (the MCP server for discovery and validation, the HTTP API for its OpenAPI
-document, the tests for checking every payload), never by a path of their own.
+The files beside this module are the contract's own documents, unchanged, and the schemas of
+our own tool `research_verify_quote` (`quotes_verify.*`, issue 39), written in their style.
+Both sides read them through this import (the MCP server for discovery and validation, the
+HTTP API for its OpenAPI document, the tests for checking every payload), never by a path of
+their own.
 """
 
 from __future__ import annotations

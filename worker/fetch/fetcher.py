@@ -15,8 +15,9 @@ from urllib.parse import urljoin
 import httpcore
 import httpx
 
+from worker.domain import clock
 from worker.domain.reasons import Reason
-from worker.fetch import errors
+from worker.fetch import errors, exchange
 from worker.fetch.egress import (
     GuardedBackend,
     Resolver,
@@ -53,6 +54,25 @@ ACCEPT = (
     "text/plain;q=0.8,*/*;q=0.1"
 )
 ACCEPT_ENCODING = "gzip, deflate, br"
+
+
+def _note(url: str, response: httpx.Response, body: bytes, *, truncated: bool) -> None:
+    """Hand the exchange to an archiving caller (`worker.fetch.exchange`), if one listens."""
+    if not exchange.wanted():
+        return
+    exchange.note(
+        exchange.Exchange(
+            url=url,
+            fetched_at=clock.now(),
+            request_headers=tuple(response.request.headers.raw),
+            http_version=response.http_version,
+            status_code=response.status_code,
+            reason=response.reason_phrase,
+            response_headers=tuple(response.headers.raw),
+            body=body,
+            truncated=truncated,
+        )
+    )
 
 
 class Fetcher:
@@ -132,6 +152,7 @@ class Fetcher:
                 # go back to the pool instead of being closed with an unfinished response.
                 self._read_body(response, REDIRECT_DRAIN_BYTES)
                 lowered = {k.lower(): v for k, v in response.headers.multi_items()}
+                _note(target.url, response, b"", truncated=False)
                 return NotModified(url=target.url, headers=lowered)
             return self._finish(target, response)
 
@@ -233,6 +254,7 @@ class Fetcher:
             raise FetchFailure(Reason.UNSUPPORTED_MEDIA, f"content type {declared}", target.url)
         body, truncated = self._read_body(response, self.settings.fetch_max_bytes)
         mime = media_type(declared, body, target.path)
+        _note(target.url, response, body, truncated=truncated)
         return FetchedResponse(
             url=target.url,
             status_code=response.status_code,

@@ -25,6 +25,7 @@ RETRIEVE_NEXT_TASK = "evidence.retrieve_next"
 SWEEP_TASK = "evidence.sweep"
 DELIVER_WEBHOOK_TASK = "evidence.webhook.deliver"
 WEBHOOK_SWEEP_TASK = "evidence.webhook.sweep"
+WATCH_TICK_TASK = "evidence.watch.tick"
 #: The interactive lane keeps the historical queue name, so a worker started with
 #: `--queues retrievals` and messages published before the upgrade still meet.
 INTERACTIVE_QUEUE = "retrievals"
@@ -73,7 +74,7 @@ def make_celery() -> Celery:
     app = Celery(
         "evidence",
         broker=settings.broker_url,
-        include=["worker.jobs.tasks", "worker.jobs.webhook_tasks"],
+        include=["worker.jobs.tasks", "worker.jobs.webhook_tasks", "worker.jobs.watch_tasks"],
         events="worker.jobs.task_events:LockedBufferEvents",
     )
     app.conf.update(
@@ -109,6 +110,7 @@ def make_celery() -> Celery:
             SWEEP_TASK: {"queue": SWEEP_QUEUE},
             DELIVER_WEBHOOK_TASK: {"queue": WEBHOOK_QUEUE},
             WEBHOOK_SWEEP_TASK: {"queue": SWEEP_QUEUE},
+            WATCH_TICK_TASK: {"queue": SWEEP_QUEUE},
         },
         task_serializer="json",
         accept_content=["json"],
@@ -117,6 +119,17 @@ def make_celery() -> Celery:
         task_send_sent_event=False,
         worker_send_task_events=True,
         worker_hijack_root_logger=False,
+        # Beat on several hosts, one sending: the holder of a lock in Redis (`beat_lock`).
+        beat_scheduler="worker.jobs.beat_lock:LockedScheduler",
+        beat_max_loop_interval=settings.beat_poll_seconds,
+        redbeat_redis_url=settings.politeness_redis_url,
+        redbeat_redis_options={
+            "socket_connect_timeout": PUBLISH_CONNECT_TIMEOUT_SECONDS,
+            "socket_timeout": settings.beat_poll_seconds,
+        },
+        redbeat_key_prefix="evidence:beat:",
+        redbeat_lock_key="evidence:beat::lock",
+        redbeat_lock_timeout=settings.beat_lock_timeout_seconds,
         beat_schedule={
             "sweep": {
                 "task": SWEEP_TASK,
@@ -128,6 +141,12 @@ def make_celery() -> Celery:
                 "task": WEBHOOK_SWEEP_TASK,
                 "schedule": settings.sweep_interval_seconds,
                 "options": {"expires": max(settings.sweep_interval_seconds * 2, 2.0)},
+            },
+            # Watches' runs: a tick late or lost is harmless (the next takes what is due).
+            "watch-tick": {
+                "task": WATCH_TICK_TASK,
+                "schedule": settings.watch_tick_seconds,
+                "options": {"expires": max(settings.watch_tick_seconds * 2, 2.0)},
             },
         },
     )

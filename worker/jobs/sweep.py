@@ -3,7 +3,8 @@
 Run by Celery beat every `EVIDENCE_SWEEP_INTERVAL_SECONDS`. In order: (1) expire what passed
 `valid_until`; (2) rescue running rows whose lease ran out (back to pending while attempts
 remain, else unconfirmed), announcing what settled; (3) publish pending rows the broker never
-got or presumably lost, each to its own lane's queue.
+got or presumably lost, each to its own lane's queue; (4) every few minutes, purge archived
+raw records past their retention and seal the WARC files dead writers left open.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import structlog
 from sqlalchemy.orm import Session
 
+from worker.archive import retention, warc_files
 from worker.domain import clock
 from worker.jobs import outbox
 from worker.jobs.celery_app import LANE_QUEUES
@@ -77,10 +80,28 @@ def run_sweep(now: datetime | None = None) -> SweepReport:
         expired = [*expired, *more]
     notify.settled([*expired, *unconfirmed])
     published = _publish_due(now, timedelta(seconds=settings.republish_after_seconds))
+    if settings.archive_enabled and retention.due():
+        _maintain_archive(now, settings.archive_dir, settings.archive_retention_days)
     report = SweepReport(len(expired), repended, len(unconfirmed), published)
     if any((expired, repended, unconfirmed, published)):
         log.info("sweep", **report.__dict__)
     return report
+
+
+def _maintain_archive(now: datetime, directory: Path, days: float) -> None:
+    """Seal the WARC files dead writers left open, and purge what is past its retention
+    (`days`, 0: none); a failure is logged and tried again next time."""
+    try:
+        if directory.is_dir():
+            warc_files.recover(directory)
+        if not days:
+            return
+        purged = retention.purge(directory, now, days)
+    except Exception as exc:  # noqa: BLE001  (the sweep's own work is done; the next purge retries)
+        log.warning("archive_purge_failed", error=type(exc).__name__)
+        return
+    if purged.rows or purged.files:
+        log.info("archive_purged", **purged.__dict__)
 
 
 def _row_by_row(now: datetime, max_attempts: int) -> tuple[list[uuid.UUID], int, list[uuid.UUID]]:

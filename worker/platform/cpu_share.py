@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,12 +143,27 @@ def group_weight(group: Path) -> int:
     return int((group / "cpu.shares").read_text()) * 100 // V1_SHARES_PER_100
 
 
+#: How long an exiting process waits for the rest of its group (children it just stopped)
+#: to be gone before it leaves the group to the next start.
+LEAVE_WAIT_SECONDS = 3.0
+
+
 def _leave(base: Path, group: Path) -> None:
-    """At exit: back to `base` and remove the group, if its other members are gone (else the
-    next start here removes it)."""
+    """At exit: back to `base` and remove the group once its other members are gone (children
+    stopped a moment before may still be exiting); else the next start here removes it."""
     with contextlib.suppress(OSError):
         (base / "cgroup.procs").write_text(str(os.getpid()))
-        group.rmdir()
+    deadline = time.monotonic() + LEAVE_WAIT_SECONDS
+    while True:
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # busy: a member is still exiting
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
 
 
 def _words(path: Path) -> set[str]:

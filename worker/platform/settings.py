@@ -42,10 +42,25 @@ class Settings(BaseSettings):
     # Lifecycle.
     max_attempts: int = Field(default=3, ge=1, le=20)
     sweep_interval_seconds: float = Field(default=5.0, gt=0)
+    #: Beat's lock in Redis: its holder alone sends the schedule and renews it at every tick;
+    #: a killed holder's lock expires this long after its last renewal, then another takes it.
+    beat_lock_timeout_seconds: float = Field(default=30.0, ge=1)
     #: A pending row whose publish is older than this is published again by the sweep.
     republish_after_seconds: float = Field(default=60.0, gt=0)
     #: Extra time past the hard time limit before a running row counts as lost.
     lease_grace_seconds: float = Field(default=15.0, ge=0)
+
+    # The archived HTTP exchange (docs/archive.md).
+    #: Write each revision's HTTP exchange as WARC 1.1 records, indexed in the database.
+    archive_enabled: bool = True
+    #: Where this host's rolling WARC files go.
+    archive_dir: Path = Path("var/archive")
+    #: Raw records fetched longer ago than this are purged by the sweep (0: kept for ever);
+    #: the extracted evidence stays.
+    archive_retention_days: float = Field(default=0.0, ge=0)
+    #: The largest WACZ export: the archived bytes (gzipped, as stored) of the records it
+    #: copies; a larger selection is refused (413, `export_too_large`).
+    export_max_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
 
     # Fetch bounds.
     fetch_connect_timeout_seconds: float = Field(default=5.0, gt=0)
@@ -62,6 +77,17 @@ class Settings(BaseSettings):
     # Processes.
     #: Connections each process keeps open to PostgreSQL (plus as many again in bursts).
     db_pool_size: int = Field(default=10, ge=1, le=100)
+    #: Let psycopg prepare a statement on the server once it ran five times on a connection.
+    #: Off behind pgbouncer in transaction mode older than 1.21 (or with
+    #: `max_prepared_statements = 0`): a statement prepared on one server connection is then
+    #: looked for on another.
+    db_prepared_statements: bool = True
+    #: PostgreSQL ends a session left idle inside a transaction this long (0: the server's own
+    #: setting): a host cut off mid-transaction otherwise keeps its locks until TCP gives up
+    #: (hours), and the sweep and every other host wait behind them. Shorter than the lease.
+    #: Sent as a connection option, which pgbouncer refuses: behind one set 0 here and the
+    #: bound on the database (docs/configuration.md).
+    db_idle_transaction_timeout_seconds: float = Field(default=30.0, ge=0)
     #: Prefork only: worker processes (default 2 x cores).
     worker_concurrency: int | None = None
     #: How `evidence worker` runs retrievals: `threads` (many in flight per process, extraction
@@ -155,6 +181,14 @@ class Settings(BaseSettings):
     #: the most worker threads webhooks take from retrievals (docs/webhooks.md).
     webhook_max_in_flight: int = Field(default=32, ge=2)
 
+    # Watches (docs/watches.md).
+    #: Watches a workspace may keep.
+    watch_limit_per_workspace: int = Field(default=100, ge=1)
+    #: How often beat looks for due watches; a watch runs at most this late.
+    watch_tick_seconds: float = Field(default=15.0, gt=0)
+    #: Due watches one tick starts at most (the rest wait for the next tick).
+    watch_tick_batch: int = Field(default=500, ge=1)
+
     # MCP server (`evidence mcp`).
     #: How long a retrieve tool call waits for its retrieval to settle before answering.
     mcp_wait_seconds: float = Field(default=20.0, ge=0, le=300)
@@ -214,6 +248,13 @@ class Settings(BaseSettings):
     def extract_process_count(self) -> int:
         """Extraction processes of a threads-pool worker."""
         return self.extract_processes or os.cpu_count() or 1
+
+    @property
+    def beat_poll_seconds(self) -> float:
+        """How often beat ticks: the holder renews its lock at least three times per timeout,
+        a standby tries to take it as often; a killed holder is replaced within the timeout
+        plus this."""
+        return min(self.sweep_interval_seconds, self.beat_lock_timeout_seconds / 3)
 
     @property
     def politeness_redis_url(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -12,11 +13,12 @@ import structlog
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.orm import Session
 
+from worker.archive import capture
 from worker.content.results import failure_result
 from worker.domain import clock
 from worker.domain.reasons import Reason
 from worker.domain.states import RetrievalState as S
-from worker.fetch import politeness, shared
+from worker.fetch import exchange, politeness, shared
 from worker.fetch.egress import deadline_scope
 from worker.fetch.fleet_metrics import MeteredFetcher
 from worker.platform import confine, ranked_gate
@@ -203,19 +205,27 @@ def give_back(claim: retrievals.Claim, exc: BaseException) -> dict[str, Any]:
 def _run_claim(claim: retrievals.Claim, found: freshness.Found) -> dict[str, Any]:
     structlog.contextvars.bind_contextvars(workspace_id=str(claim.workspace_id))
     log.info("claimed", attempt=claim.attempt, kind=claim.kind)
-    plan = freshness.prepare(
-        claim, found, shared.get_fetcher(), MeteredFetcher(shared.get_fetcher())
-    )
-    return _settled_output(claim, plan, plan.output or produce_output(claim, plan.fetcher))
+    # The fetches' exchanges, archived with the revision they produce or confirm.
+    with exchange.collecting() if get_settings().archive_enabled else nullcontext() as exchanges:
+        plan = freshness.prepare(
+            claim, found, shared.get_fetcher(), MeteredFetcher(shared.get_fetcher())
+        )
+        output = plan.output or produce_output(claim, plan.fetcher)
+    return _settled_output(claim, plan, output, exchanges)
 
 
 def _settled_output(
-    claim: retrievals.Claim, plan: freshness.Plan, output: PipelineOutput
+    claim: retrievals.Claim,
+    plan: freshness.Plan,
+    output: PipelineOutput,
+    exchanges: list[exchange.Exchange] | None = None,
 ) -> dict[str, Any]:
     """Settle `output` (fenced by the claim) and announce it."""
     result = output.result
     now = clock.now()
     remember = freshness.remember(claim, plan, result, now)
+    if exchanges:
+        remember = capture.after_settle(claim.workspace_id, claim.retrieval_id, exchanges, remember)
     job = SettleJob(claim, result, now, output.images, remember, freshness.stored_revision(plan))
     settled = _settle(job)
     freshness.settled(claim, plan, settled)

@@ -97,13 +97,20 @@ def make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    pool_size = get_settings().db_pool_size
+    settings = get_settings()
+    pool_size = settings.db_pool_size
+    connect_args: dict[str, Any] = {"connect_timeout": 5}
+    if not settings.db_prepared_statements:
+        connect_args["prepare_threshold"] = None  # psycopg never prepares: pgbouncer-safe
+    if settings.db_idle_transaction_timeout_seconds:
+        idle_ms = round(settings.db_idle_transaction_timeout_seconds * 1000)
+        connect_args["options"] = f"-c idle_in_transaction_session_timeout={idle_ms}"
     engine = sa.create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_timeout=_pool_timeout,
-        connect_args={"connect_timeout": 5},
+        connect_args=connect_args,
     )
     if _pre_ping:
         _ping_if_idle(engine)

@@ -269,3 +269,48 @@ class WebhookDelivery(SQLModel, table=True):
     delivered_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
     last_status: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
     last_error: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    #: The event's `data` as JSON, for events that are not a retrieval as GET answers it (watch
+    #: events, `worker.webhooks.events`); NULL for `retrieval.settled`.
+    payload: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+
+
+class Watch(SQLModel, table=True):
+    """A source kept fresh on a schedule: each run is an ordinary batch-lane retrieval."""
+
+    __tablename__ = "watch"
+    __table_args__ = (
+        sa.Index("ix_watch_workspace", "workspace_id", "created_at"),
+        # What the scheduler reads every tick: the enabled watches, soonest first.
+        sa.Index(
+            "ix_watch_due",
+            "next_run_at",
+            postgresql_where=sa.text("enabled"),
+            sqlite_where=sa.text("enabled"),
+        ),
+    )
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    workspace_id: uuid.UUID = Field(sa_column=sa.Column(sa.Uuid, nullable=False))
+    url: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    kind: str = Field(sa_column=sa.Column(sa.String(32), nullable=False))
+    #: "" when no language was asked for (as `Retrieval.language`).
+    language: str = Field(sa_column=sa.Column(sa.String(35), nullable=False, server_default=""))
+    interval_seconds: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
+    enabled: bool = Field(sa_column=sa.Column(sa.Boolean, nullable=False))
+    #: The slot the next run belongs to (slots are spread over the interval per watch).
+    next_run_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    #: The slot of the last run started (NULL before the first).
+    last_run_at: datetime | None = Field(default=None, sa_column=sa.Column(UTC_DATETIME))
+    #: Slots that passed without a run of their own (the scheduler was down): counted, not run.
+    missed_runs: int = Field(sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"))
+    #: The retrieval of the last run, and the evidence revision its watch last reported.
+    last_retrieval_id: uuid.UUID | None = Field(default=None, sa_column=sa.Column(sa.Uuid))
+    last_revision: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
+    #: The run whose outcome was announced (events are recorded once per run).
+    reported_retrieval_id: uuid.UUID | None = Field(default=None, sa_column=sa.Column(sa.Uuid))
+    #: Set once `watch.failing` was sent; cleared (with `watch.recovered`) on the next success.
+    failing: bool = Field(
+        sa_column=sa.Column(sa.Boolean, nullable=False, server_default=sa.false())
+    )
+    created_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))
+    updated_at: datetime = Field(sa_column=sa.Column(UTC_DATETIME, nullable=False))

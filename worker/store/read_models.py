@@ -72,6 +72,10 @@ class EvidenceChunk(SQLModel, table=True):
     text: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
     start_ms: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
     end_ms: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
+    #: Where the passage is in the revision's text, `[char_start, char_end)` in code points
+    #: (NULL for passages recorded before anchors, migration 0011).
+    char_start: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
+    char_end: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
     #: PostgreSQL text-search configuration for this passage's language ("simple" if unknown).
     ts_config: str = Field(sa_column=sa.Column(sa.String(32), nullable=False))
 

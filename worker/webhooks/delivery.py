@@ -26,7 +26,7 @@ from worker.platform import confine
 from worker.platform.settings import get_settings
 from worker.store import db, retrieval_view
 from worker.store.retrieval_view import retrieval_payload
-from worker.webhooks import metrics, policy, signing
+from worker.webhooks import events, metrics, policy, signing
 from worker.webhooks import records as store
 from worker.webhooks.sender import Sender, SendResult
 
@@ -95,11 +95,23 @@ def run_delivery(delivery_id: uuid.UUID) -> dict[str, Any]:
     return record(attempt, result)
 
 
-def _send(attempt: store.Attempt) -> SendResult:
+def _body(attempt: store.Attempt) -> str | None:
+    """The attempt's body: a watch event's stored data, or the retrieval as GET answers it."""
+    if attempt.event_type in events.WATCH_EVENTS:
+        stored = db.with_transient_retry(lambda s: events.stored_event(s, attempt.delivery_id))
+        if stored is None:
+            return None
+        data, at = stored
+        stamp = clock.isoformat(clock.as_utc(at))
+        return f'{{"type":{json.dumps(attempt.event_type)},"timestamp":"{stamp}","data":{data}}}'
     row = db.with_transient_retry(lambda s: retrieval_view.read_row(s, attempt.retrieval_id))
-    if row is None:
+    return None if row is None else payload(attempt.event_type, row)
+
+
+def _send(attempt: store.Attempt) -> SendResult:
+    body = _body(attempt)
+    if body is None:
         return SendResult(False, None, "the retrieval no longer exists", 0.0, "error")
-    body = payload(attempt.event_type, row)
     sent_at = clock.now()
     delivery = str(attempt.delivery_id)
     headers = signing.headers(active_secrets(attempt, sent_at), delivery, sent_at, body)

@@ -6,7 +6,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse
 from starlette.background import BackgroundTask
-from starlette.concurrency import run_in_threadpool
 from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.http.deps import PrincipalDep
@@ -19,7 +18,7 @@ from api.schemas import (
     RetrieveRequest,
     UuidParam,
 )
-from api.services import read_admission, retrievals, waiters
+from api.services import read_admission, retrievals, thread_pools, waiters
 from api.services import retrieve_batch as batch
 from api.services.cache_control import parse_max_age
 from api.services.evidence_payload import RetrievalDoc, RetrievalPayload
@@ -140,14 +139,15 @@ async def get_retrieval(
         lambda answer: _owners([answer[0]["retrieval"]]),
     )
     wait = waiters.parse_prefer_wait(prefer or ())
+    run = thread_pools.reads.runner(charged or principal.key_id)
     async with read_admission.held():
         if charged is not None:
-            read_admission.check(charged, str(retrieval_id))
+            read_admission.check(charged, str(retrieval_id), holds=True)
         if wait is None:
-            payload, retry_after = await run_in_threadpool(read)
+            payload, retry_after = await run(read)
         else:
             payload, retry_after = await waiters.wait_until(
-                read, [str(retrieval_id)], lambda answer: _settled(answer[0]["retrieval"]), wait
+                read, [str(retrieval_id)], lambda got: _settled(got[0]["retrieval"]), wait, run
             )
     return _applied(_answer(payload, 200, retry_after), wait)
 
@@ -184,13 +184,14 @@ async def batch_get(
         return still_open == 0 or still_open < first_open[0]
 
     wait = waiters.parse_prefer_wait(prefer or ())
+    run = thread_pools.reads.runner(charged or principal.key_id)
     async with read_admission.held():
         if charged is not None:
-            read_admission.check(charged, subject)
+            read_admission.check(charged, subject, holds=True)
         if wait is None:
-            found = await run_in_threadpool(read)
+            found = await run(read)
         else:
-            found = await waiters.wait_until(read, [str(i) for i in ids], changed, wait)
+            found = await waiters.wait_until(read, [str(i) for i in ids], changed, wait, run)
     return _applied(JSONResponse({"retrievals": found}), wait)
 
 

@@ -23,6 +23,11 @@ ID_ROUTES = {
     ("post", "/research-api/evidence/retrievals/{retrieval_id}/cancel"),
     ("get", "/research-api/evidence/{evidence_id}"),
     ("get", "/research-api/evidence/{evidence_id}/diff"),
+    ("post", "/research-api/evidence/quotes/verify"),
+    ("get", "/research-api/evidence/memento/{workspace_id}/timemap/{url}"),
+    ("get", "/research-api/evidence/memento/{workspace_id}/timegate/{url}"),
+    ("get", "/research-api/evidence/{evidence_id}/raw"),
+    ("post", "/research-api/evidence/exports"),
 }
 #: Routes admitted by the workspace's read rate (or, for diffs, its diffs at once): 429 too.
 READS = {
@@ -30,15 +35,21 @@ READS = {
     ("post", "/research-api/evidence/retrievals/batch-get"),
     ("get", "/research-api/evidence/{evidence_id}"),
     ("get", "/research-api/evidence/{evidence_id}/diff"),
+    ("post", "/research-api/evidence/quotes/verify"),
     ("post", "/research-api/chunks/search"),
     ("post", "/research-api/chunks/get"),
     ("post", "/research-api/images/search"),
     ("post", "/research-api/briefs/get"),
+    ("get", "/research-api/evidence/memento/{workspace_id}/timemap/{url}"),
+    ("get", "/research-api/evidence/memento/{workspace_id}/timegate/{url}"),
+    ("get", "/research-api/evidence/{evidence_id}/raw"),
+    ("post", "/research-api/evidence/exports"),
 }
 #: Webhook routes that answer 409: too many endpoints; a redelivery while an attempt is in flight.
 WEBHOOK_CONFLICTS = {
     ("post", "/research-api/webhooks"),
     ("post", "/research-api/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver"),
+    ("post", "/research-api/watches"),
 }
 CONTRACT_BODIES = {
     # (method, path): (request component, contract file, success component, contract file)
@@ -59,6 +70,12 @@ CONTRACT_BODIES = {
         "get_chunk.input",
         "ChunkGetResponse",
         "get_chunk.output",
+    ),
+    ("post", "/research-api/evidence/quotes/verify"): (
+        "QuoteVerifyRequest",
+        "quotes_verify.input",
+        "QuoteVerifyResponse",
+        "quotes_verify.output",
     ),
     ("post", "/research-api/images/get"): (
         "ImageGetRequest",
@@ -183,7 +200,7 @@ class TestDocument:
                 expected.add("413")
             if (method, path) in ID_ROUTES or "/briefs/" in path and "create" not in path:
                 expected.add("404")
-            if "{webhook_id}" in path:
+            if "{webhook_id}" in path or "{watch_id}" in path:
                 expected.add("404")
             if (method, path) in WEBHOOK_CONFLICTS:
                 expected.add("409")
@@ -256,7 +273,7 @@ class TestDocument:
             pairs += [
                 r["content"]["application/json"]
                 for s, r in operation["responses"].items()
-                if s.startswith("2") and "content" in r
+                if s.startswith("2") and "application/json" in r.get("content", {})
             ]
             for item in pairs:
                 if "example" in item:
@@ -308,7 +325,7 @@ class TestMethodNotAllowed:
             ("DELETE", "/research-api/evidence/retrieve", {"POST"}),
             ("GET", "/research-api/evidence/retrieve", {"POST"}),
             ("PUT", "/research-api/briefs/get", {"POST"}),
-            ("POST", f"/research-api/evidence/{SOME_ID}", {"GET"}),
+            ("POST", f"/research-api/evidence/{SOME_ID}", {"GET", "HEAD"}),  # HEAD: Memento
             ("TRACE", f"/research-api/evidence/retrievals/{SOME_ID}", {"GET"}),
             ("PATCH", "/healthz", {"GET"}),
         ],

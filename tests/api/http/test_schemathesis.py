@@ -51,6 +51,18 @@ checks.positive_data_acceptance.expected-statuses = [
 [[operations]]
 include-path-regex = "^/research-api/webhooks"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409"]
+
+# A watch URL must also read as a URL with a host by the WHATWG URL Standard, which a pattern
+# cannot say; a workspace holds at most EVIDENCE_WATCH_LIMIT_PER_WORKSPACE watches (409 beyond).
+[[operations]]
+include-path-regex = "^/research-api/watches"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409"]
+
+# Memento: the original URL is the rest of the path, which must also read as an http(s) URL
+# with a host (a 400 naming `url` otherwise); one with no evidence in the workspace is a 404.
+[[operations]]
+include-path-regex = "^/research-api/evidence/memento/"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "302", "400", "401", "403", "404"]
 """
 
 

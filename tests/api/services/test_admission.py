@@ -15,6 +15,7 @@ import redis
 from api.services import admission as quotas
 from api.services.admission import Limits, RateLimiter, lease_size, shortfall_wait
 from tests.conftest import Env
+from tests.support.redis_scripts import ScriptRuns
 
 
 @pytest.fixture
@@ -24,17 +25,9 @@ def bucket(env: Env) -> Iterator[uuid.UUID]:
     redis.Redis.from_url(env.redis.url).delete(f"{quotas.BUCKET_PREFIX}{workspace}")
 
 
-def script_calls(env: Env) -> int:
-    """Lua scripts Redis has run so far (EVALSHA, and EVAL for a script it lacked).
-
-    An EVALSHA that Redis answered NOSCRIPT (a fresh server: the client then sends EVAL) ran
-    nothing, so failed calls are left out: else the first take counts twice.
-    """
-    stats = redis.Redis.from_url(env.redis.url).info("commandstats")
-    return sum(
-        int(entry.get("calls", 0)) - int(entry.get("failed_calls", 0))
-        for entry in (stats.get(f"cmdstat_{cmd}", {}) for cmd in ("evalsha", "eval"))
-    )
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch) -> ScriptRuns:
+    return ScriptRuns(monkeypatch, quotas._TAKE)
 
 
 def bucket_state(env: Env, workspace: uuid.UUID) -> tuple[float, int]:
@@ -84,26 +77,24 @@ class TestShortfallWait:
 
 
 class TestLeases:
-    def test_singles_ask_redis_once_a_lease(self, env: Env, bucket: uuid.UUID) -> None:
+    def test_singles_ask_redis_once_a_lease(self, bucket: uuid.UUID, runs: ScriptRuns) -> None:
         """Forty singles in quick succession: the lease grows 1, 2, 4, 8 ...; far fewer calls."""
         limiter, limits = RateLimiter(), Limits(10, 10_000.0, 10_000)
-        before = script_calls(env)
         grants = [limiter.take(bucket, 1, limits) for _ in range(40)]
-        calls = script_calls(env) - before
+        calls = runs.count
         assert all(g.granted == 1 for g in grants)
         assert calls <= 10, calls  # one a single: 40
 
     def test_a_replay_costs_no_round_trip(
-        self, env: Env, bucket: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+        self, bucket: uuid.UUID, runs: ScriptRuns, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Taken, then given back (a replay): within the lease, Redis is not asked again."""
         monkeypatch.setattr(quotas, "LEASE_SECONDS", 30.0)
         limiter, limits = RateLimiter(), Limits(10, 0.5, 2)
-        before = script_calls(env)
         for _ in range(20):
             assert limiter.take(bucket, 1, limits).granted == 1
             limiter.refund(bucket, 1, limits)
-        assert script_calls(env) - before == 1
+        assert runs.count == 1
 
     def test_unused_tokens_go_back_to_the_bucket(
         self, env: Env, bucket: uuid.UUID, monkeypatch: pytest.MonkeyPatch
@@ -125,7 +116,7 @@ class TestLeases:
         assert bucket_tokens(env, bucket) + held == pytest.approx(burst - granted, abs=0.5)
 
     def test_a_forked_process_does_not_spend_its_parents_lease(
-        self, env: Env, bucket: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+        self, bucket: uuid.UUID, runs: ScriptRuns, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setattr(quotas, "LEASE_SECONDS", 30.0)
         limiter, limits = RateLimiter(), Limits(10, 10.0, 100)
@@ -134,9 +125,9 @@ class TestLeases:
         assert limiter._leases[bucket].tokens == 1
         parent = quotas.os.getpid()
         monkeypatch.setattr(quotas.os, "getpid", lambda: parent + 1)
-        before = script_calls(env)
+        before = runs.count
         assert limiter.take(bucket, 1, limits).granted == 1
-        assert script_calls(env) - before == 1  # its own lease, from the bucket
+        assert runs.count - before == 1  # its own lease, from the bucket
 
     def test_leases_are_kept_for_a_bounded_number_of_workspaces(
         self, env: Env, monkeypatch: pytest.MonkeyPatch

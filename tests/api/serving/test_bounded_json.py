@@ -132,16 +132,21 @@ class TestRouteBounds:
 
         from api.http.app import app
 
-        def routes(among: list[Any]) -> list[Any]:  # included routers' too
+        def routes(router: Any, outer: str = "") -> list[tuple[str, Any]]:
+            """Every route with the prefix it is served under: a router included by another
+            is served under the including router's prefix too."""
             out = []
-            for route in among:
+            for route in router.routes:
                 inner = getattr(route, "original_router", None)
-                out += routes(inner.routes) if inner is not None else [route]
+                if inner is not None:
+                    out += routes(inner, outer + getattr(router, "prefix", ""))
+                else:
+                    out.append((outer, route))
             return out
 
         with_body = {
-            (method, route.path)
-            for route in routes(app.router.routes)
+            (method, outer + route.path)
+            for outer, route in routes(app.router)
             if isinstance(route, APIRoute) and route.body_field is not None
             for method in route.methods
         }

@@ -6,7 +6,7 @@ import lxml.html
 import pytest
 
 from tests.support.slowdown import scaled
-from worker.content.html import FALLBACK_BELOW_CHARS, extract_html, is_login_wall, main_text
+from worker.content.html import extract_html, is_login_wall, main_text
 from worker.content.markup import MAX_DEPTH, bound_markup, parse_bounded, parse_html, within_bounds
 from worker.domain.reasons import Reason
 
@@ -346,7 +346,8 @@ class TestExtractionQuality:
 
     def test_not_worse_than_plain_trafilatura(self) -> None:
         """On bench/data/extraction our precision is at least plain trafilatura's, recall
-        stays near-complete."""
+        stays near-complete. (F1 0.963 since the text was chosen on public pages instead of this
+        set, from 0.976: docs/extraction-quality.md.)"""
         from bench.extraction_quality import load, ours, plain, score
 
         pages = load()
@@ -354,7 +355,7 @@ class TestExtractionQuality:
         service, baseline = score("ours", ours, pages, 0), score("plain", plain, pages, 0)
         assert service.precision >= baseline.precision
         assert service.recall >= 0.99
-        assert service.f1 >= 0.97
+        assert service.f1 >= 0.96
 
     def test_vote_raises_held_out_f1(self) -> None:
         """On the held-out split, trafilatura with readability's vote beats trafilatura alone
@@ -369,8 +370,8 @@ class TestExtractionQuality:
         assert after.precision > before.precision
 
 
-class TestFallbackExtractors:
-    """trafilatura's fallbacks run only when its fast pass finds (almost) nothing."""
+class TestOneTrafilaturaPass:
+    """trafilatura takes one fast pass (its own fallbacks off): the vote stands in for them."""
 
     @staticmethod
     def _count_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
@@ -391,12 +392,12 @@ class TestFallbackExtractors:
     def test_article_takes_one_fast_pass(self, monkeypatch: pytest.MonkeyPatch) -> None:
         calls = self._count_calls(monkeypatch)
         text = main_text(parse_html(article()), "https://example.org/a")
-        assert len(text) >= FALLBACK_BELOW_CHARS and calls == [True]
+        assert PARAGRAPHS[0] in text and calls == [True]
 
-    def test_word_list_is_rescued_by_the_fallbacks(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """The fast pass finds no text in a bare list; the fallbacks find all of it."""
+    def test_word_list_is_rescued_by_the_vote(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The fast pass finds no text in a bare list; readability and Resiliparse find it."""
         calls = self._count_calls(monkeypatch)
         page = "<html lang='en'><body><ul>" + "<li>word" * 300 + "</ul></body></html>"
         text = main_text(parse_html(page), None)
-        assert calls == [True, False]
-        assert text.replace("-", " ").split() == ["word"] * 300
+        assert calls == [True]
+        assert text.split() == ["word"] * 300

@@ -5,6 +5,7 @@ The real kernel's side is tests/ops/test_cpu_share.py."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,27 @@ def test_modes() -> None:
         cpu_share.apply("worker", "fast", weight=100, nice=10)
     with pytest.raises(ValueError, match="1-10000"):
         join_group("evidence-worker-1", 0)
+
+
+def test_leaving_waits_for_members_still_exiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group is removed once a member that was still exiting is gone (here: a directory
+    that empties a moment later), and left to the next start when one never goes."""
+    base = tmp_path / "own"
+    base.mkdir()
+    (base / "cgroup.procs").write_text("")
+    group = base / "evidence-worker-1"
+    group.mkdir()
+    member = group / "exiting"
+    member.write_text("")
+    threading.Timer(0.2, member.unlink).start()
+    cpu_share._leave(base, group)
+    assert not group.exists()
+
+    stuck = base / "evidence-worker-2"
+    stuck.mkdir()
+    (stuck / "staying").write_text("")
+    monkeypatch.setattr(cpu_share, "LEAVE_WAIT_SECONDS", 0.2)
+    cpu_share._leave(base, stuck)
+    assert stuck.exists()
