@@ -29,8 +29,10 @@ over its length; the phase ends there (the backlog is not drained). B's settle t
 (bench.lean_http, open-loop: each request leaves at its own time). It prints, per set: POST
 and GET p50/p99 per workspace and phase, 429s by route, settled/s loaded vs unloaded, B's
 settle time vs idle, the CPU of the machine and the service, the send and event-loop lag of
-A's POSTers and pollers (a POSTer that lags its schedule times its own queueing), the issue's
-targets; then one JSON line.
+A's POSTers and pollers (a POSTer that lags its schedule times its own queueing), in the loaded
+phases the API's own POST and GET p50/p99 (bucket bounds of its answer-time histogram, scraped
+from /metrics before and after: a tail there is inside the service, not in a client or the
+kernel), the issue's targets; then one JSON line.
 
 Run: python -m bench.overload            (about 5 minutes: --duration 20 --flood-duration 10)
 Full size (the issue's): python -m bench.overload --duration 30 --flood-duration 30
@@ -196,6 +198,54 @@ def run_clients(served: Served, clients: list[Client], tag: str) -> dict[str, An
     return {"start_at": start_at, "window_s": window, **summaries, "cpu_pct": cpu_pct}
 
 
+def server_buckets(api: str) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """The API's own answer-time histogram (`evidence_http_request_duration_seconds`, all its
+    processes): cumulative (upper bound, count) pairs by (method, route template)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{api}/metrics", timeout=30).text
+    out: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "evidence_http_request_duration_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                key = (sample.labels["method"], sample.labels["route"])
+                out.setdefault(key, []).append((float(sample.labels["le"]), sample.value))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def server_quantiles(
+    before: dict[tuple[str, str], list[tuple[float, float]]],
+    after: dict[tuple[str, str], list[tuple[float, float]]],
+) -> dict[str, dict[str, float | None]]:
+    """Per "METHOD route" answered between two scrapes: n, and the bucket bounds (ms) its p50
+    and p99 fall under. The API's time runs from the request reaching the app to the last
+    byte of the answer: what a client sees beyond it waited in the kernel, the server's
+    accept and parse, or the client itself."""
+    result: dict[str, dict[str, float | None]] = {}
+    for key, buckets in after.items():
+        earlier = dict(before.get(key, []))
+        delta = [(le, n - earlier.get(le, 0.0)) for le, n in buckets]
+        total = delta[-1][1] if delta else 0.0
+        if total <= 0:
+            continue
+
+        result[f"{key[0]} {key[1]}"] = {
+            "n": total,
+            "p50_le_ms": _bound(delta, 0.5 * total),
+            "p99_le_ms": _bound(delta, 0.99 * total),
+        }
+    return result
+
+
+def _bound(delta: list[tuple[float, float]], count: float) -> float | None:
+    """The first bucket bound (ms) holding `count` answers; None past the last finite one."""
+    le = next(le for le, n in delta if n >= count)
+    return None if le == float("inf") else round(le * 1000, 1)
+
+
 def _query(db_url: str, sql: str, **params: Any) -> list[Any]:
     import sqlalchemy as sa
 
@@ -320,8 +370,10 @@ def measure_set(process_set: str, args: argparse.Namespace, cpu_share: str = "")
                 _warm_up(served.api, key_a, a, served.url, args.warm_up)
                 print(f"{process_set}: {phase}, pollers ignoring Retry-After", file=sys.stderr)
                 a_side = _a_loaded(args, key_a, a, tmp / f"{phase}-ids.txt", phase != "loaded")
+                before = server_buckets(served.api)
                 got = run_clients(served, [*a_side, b_client(key_b, args.duration)], phase)
                 result[phase] = _phase(served, got, a, b, b_idle)
+                result[phase]["server"] = server_quantiles(before, server_buckets(served.api))
     finally:
         if args.keep:
             print(f"logs and client records kept in {tmp}", file=sys.stderr)
@@ -413,6 +465,16 @@ def _side(figures: dict[str, Any] | None, send: bool = True) -> str:
     return f"{lags}{figures['loop_lag_p99_ms']}, {figures['cpu_pct']}"
 
 
+def _server(server: dict[str, dict[str, Any]], method: str) -> str:
+    """The API's own p50 / p99 bucket bounds for its retrieve POST or its retrieval GET."""
+    route = next((k for k in server if k.startswith(method) and "/retriev" in k
+                  and "batch" not in k and "cancel" not in k), None)  # fmt: skip
+    if route is None:
+        return "-"
+    q = server[route]
+    return f"{q['p50_le_ms'] or '>'} / {q['p99_le_ms'] or '>'}"
+
+
 def show(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -434,6 +496,11 @@ def show(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
         rows.append((f"{phase}: A POST p50 / p99 ms{POST_TIMED[phase]}", *(
             lat(r[phase]["A"], "post") for r in results.values()
         )))  # fmt: skip
+        if "server" in next(iter(results.values()))[phase]:
+            rows.append((f"{phase}: the API's own POST, GET p50 / p99 <= ms (its histogram)", *(
+                ", ".join(_server(r[phase]["server"], m) for m in ("POST", "GET"))
+                for r in results.values()
+            )))  # fmt: skip
         rows.append((f"{phase}: A GET p50 / p99 ms (GET/s)", *(
             f"{lat(r[phase]['A'], 'get')} ({r[phase]['A_get_per_s']})" for r in results.values()
         )))  # fmt: skip

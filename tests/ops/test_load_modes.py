@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bench.load import GET, POST, _client
-from bench.overload import _routes, _without, commands
+from bench.overload import _routes, _server, _without, commands, server_quantiles
 
 SETTLES_AFTER = 3  # GETs of a retrieval before it is `completed` (ids "never-…" never are)
 
@@ -157,6 +157,28 @@ def test_routes_counts_429s_by_route() -> None:
     got = _routes(summary)
     assert got["http_429"] == {POST: 3}
     assert "get" not in got and got["post"]["n"] == 2
+
+
+def test_server_quantiles_are_of_the_answers_between_two_scrapes() -> None:
+    post, get, health = ("POST", "/retrieve"), ("GET", "/retrievals/{id}"), ("GET", "/healthz")
+    inf = float("inf")
+    before = {
+        post: [(0.005, 90.0), (0.25, 100.0), (inf, 100.0)],
+        health: [(0.005, 3.0), (inf, 3.0)],
+    }
+    after = {
+        # 100 more POSTs: 98 within 5 ms, one within 250 ms, one past the last bound.
+        post: [(0.005, 188.0), (0.25, 199.0), (inf, 200.0)],
+        get: [(0.005, 0.0), (0.25, 4.0), (inf, 4.0)],
+        health: [(0.005, 3.0), (inf, 3.0)],
+    }
+    got = server_quantiles(before, after)
+    assert got["POST /retrieve"] == {"n": 100.0, "p50_le_ms": 5.0, "p99_le_ms": 250.0}
+    assert got["GET /retrievals/{id}"] == {"n": 4.0, "p50_le_ms": 250.0, "p99_le_ms": 250.0}
+    assert "GET /healthz" not in got  # nothing answered between the scrapes
+    after[post][-1] = (inf, 210.0)  # ten more past the last bound: p99 is unbounded
+    assert server_quantiles(before, after)["POST /retrieve"]["p99_le_ms"] is None
+    assert _server(server_quantiles(before, after), "POST") == "5.0 / >"
 
 
 def test_the_make_run_set_is_the_procfile_less_its_addresses(tmp_path: Path) -> None:
