@@ -32,7 +32,9 @@ settle time vs idle, the CPU of the machine and the service, the send and event-
 A's POSTers and pollers (a POSTer that lags its schedule times its own queueing), in the loaded
 phases the API's own POST and GET p50/p99 (bucket bounds of its answer-time histogram, scraped
 from /metrics before and after: a tail there is inside the service, not in a client or the
-kernel), the issue's targets; then one JSON line.
+kernel), the issue's targets; a note when the machine ran slower than the reference one (the
+test suite's measure of a core's speed, at the start: the load is fixed, the capacity is not);
+then one JSON line.
 
 Run: python -m bench.overload            (about 5 minutes: --duration 20 --flood-duration 10)
 Full size (the issue's): python -m bench.overload --duration 30 --flood-duration 30
@@ -597,6 +599,18 @@ def show(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
             )
 
 
+#: A slowdown (tests.support.slowdown) from which the figures are flagged as a slow machine's.
+SLOW_MACHINE = 1.5
+
+
+def machine_slowdown() -> float:
+    """How much slower than the reference machine this one is, before any load starts: the
+    same 200 POST/s is twice the load on a machine twice as slow."""
+    from tests.support import slowdown
+
+    return slowdown.measure()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=",".join(SETS), help=f"some of {', '.join(SETS)}")
@@ -639,6 +653,7 @@ def main() -> None:
     args = parser.parse_args()
     _stop_on_sigterm()
     started = time.time()
+    slowdown = machine_slowdown()
     results = {}
     for process_set in args.sets.split(","):
         if process_set not in SETS:
@@ -653,8 +668,16 @@ def main() -> None:
             ]
             results[name]["targets"] = targets(results[name])
     show(results, args)
+    if slowdown >= SLOW_MACHINE:
+        print(
+            f"this machine ran {slowdown} x slower than the reference one at the start (the test"
+            " suite's measure): the load is the same, the capacity is not; compare figures taken"
+            " at a like slowdown, or scale --rate down",
+            file=sys.stderr,
+        )
     options = {k: v for k, v in vars(args).items() if k not in ("keep", "log_level")}
-    print(json.dumps({**options, "wall_s": round(time.time() - started), "sets": results}))
+    wall = round(time.time() - started)
+    print(json.dumps({**options, "slowdown": slowdown, "wall_s": wall, "sets": results}))
 
 
 if __name__ == "__main__":
