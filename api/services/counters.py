@@ -22,3 +22,9 @@ RETRIEVALS_CREATED = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+POLLS_HELD = Counter(
+    "evidence_polls_held",
+    "Polls of an open retrieval that came back before its Retry-After, from a workspace polling"
+    " early in a loop, and waited for it (api.services.poll_advice).",
+    registry=REGISTRY,
+)

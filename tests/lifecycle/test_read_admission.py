@@ -1,11 +1,13 @@
 """Read admission: polls and reads per workspace within a rate, 429 `rate_limited` over it; an
-early poll answered from memory; a long-poll counted once; overrides applied within seconds."""
+early poll answered from memory; a long-poll counted once; overrides applied within seconds;
+early polls of a workspace polling early in a loop wait for their advice."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -15,10 +17,13 @@ import pytest
 import sqlalchemy as sa
 
 from api.services import admission as quotas
-from api.services import read_admission
+from api.services import poll_advice, read_admission
+from api.services import retrievals as retrieval_service
+from api.services.counters import REGISTRY
 from tests.support.factories import Api, body, cancel_open, check_envelope, make_key, parked
 from tests.support.redis_scripts import ScriptRuns
 from tests.support.services import ROOT, wait_for
+from tests.support.slowdown import scaled
 from worker.domain import clock
 from worker.lanes import quota_overrides as quota_store
 from worker.store import db
@@ -33,11 +38,16 @@ def _fresh(monkeypatch: pytest.MonkeyPatch, workspace: uuid.UUID) -> Iterator[No
     quotas.overrides.clear()
     quotas.readers.reset()
     read_admission.reset()
+    poll_advice.advice.clear()
+    poll_advice.early.clear()
+    poll_advice.early.clear()
     yield
     cancel_open(workspace)
     quotas.overrides.clear()
     quotas.readers.reset()
     read_admission.reset()
+    poll_advice.advice.clear()
+    poll_advice.early.clear()
 
 
 def read_quota(workspace: uuid.UUID, rate: float, burst: int) -> None:
@@ -203,6 +213,76 @@ class TestPolls:
         assert answered.status_code == 200
         refused(api.evidence(str(uuid.uuid4())))
         refused(http.post("/research-api/chunks/search", json=search, headers=api.headers))
+
+
+def held_count() -> float:
+    """Polls this process has held for their advice so far."""
+    return REGISTRY.get_sample_value("evidence_polls_held_total") or 0.0
+
+
+class TestEarlyPolls:
+    """A GET before the Retry-After its key was given, from a workspace with more than
+    EARLY_POLLS_PER_SECOND such polls, waits for it (api.services.poll_advice): no thread, no
+    read meanwhile, answered at once when the retrieval settles; a workspace that polls early
+    now and then, and a long-poll, never wait."""
+
+    def test_a_few_early_polls_are_answered_at_once(
+        self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(retrieval_service, "MIN_RETRY_AFTER_SECONDS", 30)
+        [retrieval_id] = parked(workspace)
+        before = held_count()
+        for _ in range(poll_advice.EARLY_POLLS_PER_SECOND):  # told 30 s, back at once
+            answer = api.get(retrieval_id)
+            assert answer.status_code == 200 and answer.headers["Retry-After"] == "30"
+        assert held_count() == before
+
+    def test_it_waits_until_its_advice_is_due(
+        self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(retrieval_service, "MIN_RETRY_AFTER_SECONDS", 3)
+        monkeypatch.setattr(poll_advice, "EARLY_POLLS_PER_SECOND", 0)  # any early poll loops
+        [retrieval_id] = parked(workspace)
+        before = held_count()
+        assert api.get(retrieval_id).status_code == 200  # the first: not early
+        told = time.monotonic()
+        assert held_count() == before
+        answer = api.get(retrieval_id)
+        assert time.monotonic() - told >= 2.5  # the advice was 3 s, given just before `told`
+        assert answer.status_code == 200
+        assert answer.json()["retrieval"]["state"] == "pending"
+        assert held_count() == before + 1
+        # A long-poll is a wait of its own: never held, though early.
+        assert api.long_poll(retrieval_id, "wait=0").status_code == 200
+        assert held_count() == before + 1
+        # Nor is another key's poll: the advice was given to this one.
+        other = Api(api.client, make_key([workspace]))
+        assert other.get(retrieval_id).status_code == 200
+        assert held_count() == before + 1
+
+    def test_it_is_answered_when_the_retrieval_settles(
+        self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(retrieval_service, "MIN_RETRY_AFTER_SECONDS", 30)
+        monkeypatch.setattr(poll_advice, "EARLY_POLLS_PER_SECOND", 0)
+        [retrieval_id] = parked(workspace)
+        assert api.get(retrieval_id).status_code == 200
+        before = held_count()
+        answers: list[tuple[httpx.Response, float]] = []
+        started = time.monotonic()
+        poll = threading.Thread(
+            target=lambda: answers.append((api.get(retrieval_id), time.monotonic()))
+        )
+        poll.start()
+        wait_for(lambda: held_count() == before + 1, timeout=scaled(10))
+        api.cancel(retrieval_id)
+        poll.join(timeout=60)
+        response, answered_at = answers[0]
+        assert response.json()["retrieval"]["state"] == "cancelled"
+        assert answered_at - started < 20  # woken by the settle, not at the 30 s advice
+        # Settled: no advice stands, so the next poll is not early and is answered at once.
+        assert api.get(retrieval_id).json()["retrieval"]["state"] == "cancelled"
+        assert held_count() == before + 1
 
 
 def test_overrides_apply_within_seconds(api: Api, workspace: uuid.UUID) -> None:

@@ -18,7 +18,7 @@ from api.schemas import (
     RetrieveRequest,
     UuidParam,
 )
-from api.services import read_admission, retrievals, thread_pools, waiters
+from api.services import poll_advice, read_admission, retrievals, thread_pools, waiters
 from api.services import retrieve_batch as batch
 from api.services.cache_control import parse_max_age
 from api.services.evidence_payload import RetrievalDoc, RetrievalPayload
@@ -144,11 +144,14 @@ async def get_retrieval(
         if charged is not None:
             read_admission.check(charged, str(retrieval_id), holds=True)
         if wait is None:
+            if charged is not None:  # early, from a workspace polling early in a loop
+                await poll_advice.wait_for_advice(principal.key_id, charged, retrieval_id)
             payload, retry_after = await run(read)
         else:
             payload, retry_after = await waiters.wait_until(
                 read, [str(retrieval_id)], lambda got: _settled(got[0]["retrieval"]), wait, run
             )
+    poll_advice.advice.given(principal.key_id, retrieval_id, retry_after)
     return _applied(_answer(payload, 200, retry_after), wait)
 
 

@@ -1,0 +1,122 @@
+"""Early polls wait for their advice, once a workspace polls early in a loop.
+
+An open retrieval's answer tells its poller when to ask again (`Retry-After`). A client that
+ignored it and polled in a loop got a database read per poll until its read bucket ran dry:
+`make overload`'s 256 pollers were answered about 150 real reads a second at the default read
+rate, and the API spent a core on them (docs/measurements.md, "Where a POST waits").
+
+So each API process notes, per key and retrieval, when the advice it gave falls due, and
+counts per workspace the polls that come back before theirs. A `GET …/retrievals/{id}`
+(without `Prefer: wait`) that is early, from a workspace with more than
+EARLY_POLLS_PER_SECOND early polls in this second or the last, waits in the event loop (no
+thread, no database, no Redis) until its advice is due, the retrieval settles (the settle
+notification long-polls wait on), or MAX_WAIT_SECONDS pass; then it is read and answered as
+usual, for one read token. Nothing is refused and no state is served stale: the poll is
+answered as a long-poll would be, when the advice said.
+
+A workspace that polls early now and then (an agent asking about a few retrievals a little
+faster than advised) is answered at once, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from api.services import waiters
+from api.services.counters import POLLS_HELD
+
+#: Early polls a second from one workspace (in one API process) past which they wait.
+EARLY_POLLS_PER_SECOND = 10
+#: Longest an early poll waits (the long-poll's bound): a longer advice is read again after it.
+MAX_WAIT_SECONDS = 30.0
+#: (key, retrieval) pairs and workspaces each process remembers; past it, it starts afresh.
+NOTES_SIZE = 65_536
+
+
+class Advice:
+    """When the advice this process gave on a retrieval falls due: (key, retrieval) -> time."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._due: dict[tuple[uuid.UUID, uuid.UUID], float] = {}
+        self._lock = threading.Lock()
+
+    def given(self, key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> None:
+        """The answer told `key_id` to ask about `retrieval_id` again after `seconds` (None:
+        it settled, and no advice stands)."""
+        with self._lock:
+            if seconds is None:
+                self._due.pop((key_id, retrieval_id), None)
+                return
+            if len(self._due) >= NOTES_SIZE:
+                self._due.clear()
+            self._due[(key_id, retrieval_id)] = self._clock() + seconds
+
+    def remaining(self, key_id: uuid.UUID, retrieval_id: uuid.UUID) -> float:
+        """Seconds until the standing advice falls due (0: none stands, or it is due)."""
+        due = self._due.get((key_id, retrieval_id))
+        return 0.0 if due is None else max(0.0, due - self._clock())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._due.clear()
+
+
+class EarlyPolls:
+    """Early polls per workspace, counted in whole seconds of this process's clock."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        #: workspace -> (its current second, early polls in it, early polls in the one before)
+        self._counts: dict[uuid.UUID, tuple[int, int, int]] = {}
+        self._lock = threading.Lock()
+
+    def looping(self, workspace_id: uuid.UUID) -> bool:
+        """Count one early poll of the workspace; whether its early polls in this second or the
+        last are more than EARLY_POLLS_PER_SECOND."""
+        second = int(self._clock())
+        with self._lock:
+            last_second, now, before = self._counts.get(workspace_id, (second, 0, 0))
+            if second == last_second + 1:
+                now, before = 0, now
+            elif second != last_second:
+                now, before = 0, 0
+            if len(self._counts) >= NOTES_SIZE and workspace_id not in self._counts:
+                self._counts.clear()
+            self._counts[workspace_id] = (second, now + 1, before)
+        return max(now + 1, before) > EARLY_POLLS_PER_SECOND
+
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+
+advice = Advice()
+early = EarlyPolls()
+
+
+def hold_seconds(key_id: uuid.UUID, workspace_id: uuid.UUID, retrieval_id: uuid.UUID) -> float:
+    """How long this poll waits for its advice: 0 unless it is early and its workspace polls
+    early in a loop."""
+    left = advice.remaining(key_id, retrieval_id)
+    if left <= 0 or not early.looping(workspace_id):
+        return 0.0
+    return min(left, MAX_WAIT_SECONDS)
+
+
+async def wait_for_advice(
+    key_id: uuid.UUID, workspace_id: uuid.UUID, retrieval_id: uuid.UUID
+) -> None:
+    """Wait, holding no thread, until this poll's advice is due or the retrieval settles; at
+    once when the poll is not early or its workspace does not poll early in a loop."""
+    seconds = hold_seconds(key_id, workspace_id, retrieval_id)
+    if seconds <= 0:
+        return
+    POLLS_HELD.inc()
+    with waiters.hub().watch([str(retrieval_id)]) as settled, contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(settled.wait(), seconds)
