@@ -29,42 +29,12 @@ from collections.abc import Callable
 
 from api.services import waiters
 from api.services.counters import POLLS_HELD
+from api.services.read_admission import NOTES_SIZE, Notes
 
 #: Early polls a second from one workspace (in one API process) past which they wait.
 EARLY_POLLS_PER_SECOND = 10
 #: Longest an early poll waits (the long-poll's bound): a longer advice is read again after it.
 MAX_WAIT_SECONDS = 30.0
-#: (key, retrieval) pairs and workspaces each process remembers; past it, it starts afresh.
-NOTES_SIZE = 65_536
-
-
-class Advice:
-    """When the advice this process gave on a retrieval falls due: (key, retrieval) -> time."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._due: dict[tuple[uuid.UUID, uuid.UUID], float] = {}
-        self._lock = threading.Lock()
-
-    def given(self, key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> None:
-        """The answer told `key_id` to ask about `retrieval_id` again after `seconds` (None:
-        it settled, and no advice stands)."""
-        with self._lock:
-            if seconds is None:
-                self._due.pop((key_id, retrieval_id), None)
-                return
-            if len(self._due) >= NOTES_SIZE:
-                self._due.clear()
-            self._due[(key_id, retrieval_id)] = self._clock() + seconds
-
-    def remaining(self, key_id: uuid.UUID, retrieval_id: uuid.UUID) -> float:
-        """Seconds until the standing advice falls due (0: none stands, or it is due)."""
-        due = self._due.get((key_id, retrieval_id))
-        return 0.0 if due is None else max(0.0, due - self._clock())
-
-    def clear(self) -> None:
-        with self._lock:
-            self._due.clear()
 
 
 class EarlyPolls:
@@ -96,17 +66,27 @@ class EarlyPolls:
             self._counts.clear()
 
 
-advice = Advice()
+#: When the advice this process gave a key on a retrieval falls due: (key, retrieval id).
+advice = Notes()
 early = EarlyPolls()
 
 
 def hold_seconds(key_id: uuid.UUID, workspace_id: uuid.UUID, retrieval_id: uuid.UUID) -> float:
     """How long this poll waits for its advice: 0 unless it is early and its workspace polls
     early in a loop."""
-    left = advice.remaining(key_id, retrieval_id)
+    left = advice.remaining(key_id, str(retrieval_id))
     if left <= 0 or not early.looping(workspace_id):
         return 0.0
     return min(left, MAX_WAIT_SECONDS)
+
+
+def given(key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> None:
+    """The answer told `key_id` to ask about `retrieval_id` again after `seconds` (None: it
+    settled, and no advice stands)."""
+    if seconds is None:
+        advice.forget(key_id, str(retrieval_id))
+    else:
+        advice.note(key_id, str(retrieval_id), seconds)
 
 
 async def wait_for_advice(

@@ -55,35 +55,41 @@ BATCH_GET_IDS_PER_TOKEN = 100
 NOTES_SIZE = 65_536
 
 
-class _Notes:
-    """Refusals this process answered: (workspace, subject) -> when the client may come back."""
+class Notes:
+    """Until when something this process answered stands: (a workspace or key, a subject) ->
+    a time on `clock`. Here, the refusals (when the client may come back); in
+    `api.services.poll_advice`, the poll advice given (when it falls due)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._until: dict[tuple[uuid.UUID, str], float] = {}
         self._lock = threading.Lock()
 
-    def remaining(self, workspace_id: uuid.UUID, subject: str) -> float:
-        """Seconds until this subject may be asked about again; 0 when it may now."""
-        until = self._until.get((workspace_id, subject))
+    def remaining(self, owner: uuid.UUID, subject: str) -> float:
+        """Seconds until the note on this subject ends; 0 when none stands."""
+        until = self._until.get((owner, subject))
         if until is None:
             return 0.0
-        left = until - time.monotonic()
+        left = until - self._clock()
         if left <= 0:
-            self._until.pop((workspace_id, subject), None)
+            self._until.pop((owner, subject), None)
             return 0.0
         return left
 
-    def refused(self, workspace_id: uuid.UUID, subject: str, seconds: float) -> None:
+    def note(self, owner: uuid.UUID, subject: str, seconds: float) -> None:
         with self._lock:
             if len(self._until) >= NOTES_SIZE:
                 self._until.clear()
-            self._until[(workspace_id, subject)] = time.monotonic() + seconds
+            self._until[(owner, subject)] = self._clock() + seconds
+
+    def forget(self, owner: uuid.UUID, subject: str) -> None:
+        self._until.pop((owner, subject), None)
 
     def clear(self) -> None:
         self._until.clear()
 
 
-notes = _Notes()
+notes = Notes()
 #: Retrieval id -> its workspace, from answers this process gave (a retrieval never moves).
 _workspace_of: dict[uuid.UUID, uuid.UUID] = {}
 
@@ -165,7 +171,7 @@ def _early(workspace_id: uuid.UUID, subject: str, left: float, holds: bool) -> A
     # Counted from the answer, after the hold: a client that waits it out is not early.
     retry_after = quotas.retry_seconds(max(0.0, left - hold))
     if hold + retry_after < left:  # the advice is capped: the note ends with it, never later
-        notes.refused(workspace_id, subject, hold + retry_after)
+        notes.note(workspace_id, subject, hold + retry_after)
     refusal = quotas.rate_limited(
         f"this workspace was over its read rate for this; retry after {retry_after} s",
         retry_after,
@@ -214,7 +220,7 @@ def admit(
     retry_after = grant.retry_after or 1
     hold = hold_for() if holds else 0.0
     if subject is not None:
-        notes.refused(workspace_id, subject, hold + retry_after)
+        notes.note(workspace_id, subject, hold + retry_after)
     raise ReadRefusal(quotas.over_read_rate(limits, retry_after), hold)
 
 

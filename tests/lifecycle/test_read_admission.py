@@ -275,6 +275,10 @@ class TestEarlyPolls:
         )
         poll.start()
         wait_for(lambda: held_count() == before + 1, timeout=scaled(10))
+        scripts = ScriptRuns(monkeypatch)
+        with Queries() as queries:  # while it waits: no statement, no bucket script
+            time.sleep(0.5)
+        assert queries.statements == [] and scripts.count == 0
         api.cancel(retrieval_id)
         poll.join(timeout=60)
         response, answered_at = answers[0]

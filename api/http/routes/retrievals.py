@@ -151,7 +151,7 @@ async def get_retrieval(
             payload, retry_after = await waiters.wait_until(
                 read, [str(retrieval_id)], lambda got: _settled(got[0]["retrieval"]), wait, run
             )
-    poll_advice.advice.given(principal.key_id, retrieval_id, retry_after)
+    poll_advice.given(principal.key_id, retrieval_id, retry_after)
     return _applied(_answer(payload, 200, retry_after), wait)
 
 

@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from api.services import poll_advice
-from api.services.poll_advice import Advice, EarlyPolls
+from api.services.poll_advice import EarlyPolls
+from api.services.read_admission import Notes
 
 
 class Clock:
@@ -23,95 +24,106 @@ KEY, OTHER_KEY = uuid.uuid4(), uuid.uuid4()
 RETRIEVAL, WORKSPACE, OTHER = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """This module's notes and counts on a clock of the test's; early past one a second."""
+    clock = Clock()
+    monkeypatch.setattr(poll_advice, "advice", Notes(clock))
+    monkeypatch.setattr(poll_advice, "early", EarlyPolls(clock))
+    monkeypatch.setattr(poll_advice, "EARLY_POLLS_PER_SECOND", 1)
+    return clock
+
+
+def remaining(key: uuid.UUID = KEY) -> float:
+    return poll_advice.advice.remaining(key, str(RETRIEVAL))
+
+
 class TestAdvice:
-    def test_falls_due_after_its_seconds(self) -> None:
-        clock = Clock()
-        advice = Advice(clock)
-        assert advice.remaining(KEY, RETRIEVAL) == 0.0  # none given
-        advice.given(KEY, RETRIEVAL, 5)
+    def test_falls_due_after_its_seconds(self, clock: Clock) -> None:
+        assert remaining() == 0.0  # none given
+        poll_advice.given(KEY, RETRIEVAL, 5)
         clock.now += 2
-        assert advice.remaining(KEY, RETRIEVAL) == 3.0
-        assert advice.remaining(OTHER_KEY, RETRIEVAL) == 0.0  # given to one key only
+        assert remaining() == 3.0
+        assert remaining(OTHER_KEY) == 0.0  # given to one key only
         clock.now += 4
-        assert advice.remaining(KEY, RETRIEVAL) == 0.0
+        assert remaining() == 0.0
 
-    def test_a_settled_answer_withdraws_it(self) -> None:
-        advice = Advice(Clock())
-        advice.given(KEY, RETRIEVAL, 5)
-        advice.given(KEY, RETRIEVAL, None)
-        assert advice.remaining(KEY, RETRIEVAL) == 0.0
+    def test_a_settled_answer_withdraws_it(self, clock: Clock) -> None:
+        poll_advice.given(KEY, RETRIEVAL, 5)
+        poll_advice.given(KEY, RETRIEVAL, None)
+        assert remaining() == 0.0
 
-    def test_a_later_answer_replaces_it(self) -> None:
-        advice = Advice(Clock())
-        advice.given(KEY, RETRIEVAL, 30)
-        advice.given(KEY, RETRIEVAL, 1)
-        assert advice.remaining(KEY, RETRIEVAL) == 1.0
-
-    def test_starts_afresh_when_full(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(poll_advice, "NOTES_SIZE", 2)
-        advice = Advice(Clock())
-        first, second, third = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-        advice.given(KEY, first, 5)
-        advice.given(KEY, second, 5)
-        advice.given(KEY, third, 5)
-        assert advice.remaining(KEY, first) == 0.0
-        assert advice.remaining(KEY, third) == 5.0
+    def test_a_later_answer_replaces_it(self, clock: Clock) -> None:
+        poll_advice.given(KEY, RETRIEVAL, 30)
+        poll_advice.given(KEY, RETRIEVAL, 1)
+        assert remaining() == 1.0
 
 
 class TestEarlyPolls:
-    def test_over_the_rate_in_one_second(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(poll_advice, "EARLY_POLLS_PER_SECOND", 3)
-        early = EarlyPolls(Clock(1000.2))
-        assert [early.looping(WORKSPACE) for _ in range(4)] == [False, False, False, True]
-        assert not early.looping(OTHER)  # counted per workspace
+    def test_over_the_rate_in_one_second(self, clock: Clock) -> None:
+        clock.now = 1000.2
+        looping = [poll_advice.early.looping(WORKSPACE) for _ in range(2)]
+        assert looping == [False, True]
+        assert not poll_advice.early.looping(OTHER)  # counted per workspace
 
-    def test_the_last_second_counts_too(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Four in one second, then one in the next: still looping (no reprieve at each
-        second's start); one more second without any, and it is not."""
-        monkeypatch.setattr(poll_advice, "EARLY_POLLS_PER_SECOND", 3)
-        clock = Clock(1000.9)
-        early = EarlyPolls(clock)
-        for _ in range(4):
-            early.looping(WORKSPACE)
+    def test_the_last_second_counts_too(self, clock: Clock) -> None:
+        """Two in one second, then one in the next: still looping (no reprieve at each
+        second's start); one more second with one, and it is not."""
+        clock.now = 1000.9
+        poll_advice.early.looping(WORKSPACE)
+        poll_advice.early.looping(WORKSPACE)
         clock.now = 1001.1
-        assert early.looping(WORKSPACE)
+        assert poll_advice.early.looping(WORKSPACE)
         clock.now = 1002.5
-        assert not early.looping(WORKSPACE)  # the second before had one
+        assert not poll_advice.early.looping(WORKSPACE)  # the second before had one
 
-    def test_a_gap_forgets_the_past(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(poll_advice, "EARLY_POLLS_PER_SECOND", 3)
-        clock = Clock(1000.0)
-        early = EarlyPolls(clock)
-        for _ in range(4):
-            early.looping(WORKSPACE)
-        clock.now = 1005.0
-        assert not early.looping(WORKSPACE)
+    def test_a_gap_forgets_the_past(self, clock: Clock) -> None:
+        poll_advice.early.looping(WORKSPACE)
+        poll_advice.early.looping(WORKSPACE)
+        clock.now += 5
+        assert not poll_advice.early.looping(WORKSPACE)
 
 
 class TestHoldSeconds:
-    @pytest.fixture(autouse=True)
-    def _fresh(self, monkeypatch: pytest.MonkeyPatch) -> Clock:
-        clock = Clock()
-        monkeypatch.setattr(poll_advice, "advice", Advice(clock))
-        monkeypatch.setattr(poll_advice, "early", EarlyPolls(clock))
-        monkeypatch.setattr(poll_advice, "EARLY_POLLS_PER_SECOND", 1)
-        return clock
-
-    def test_only_an_early_poll_of_a_looping_workspace_waits(self) -> None:
+    def test_only_an_early_poll_of_a_looping_workspace_waits(self, clock: Clock) -> None:
         assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == 0.0  # no advice: not early
-        poll_advice.advice.given(KEY, RETRIEVAL, 4)
+        poll_advice.given(KEY, RETRIEVAL, 4)
         assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == 0.0  # one early poll
         assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == 4.0  # two: looping
 
-    def test_never_longer_than_a_long_poll(self) -> None:
-        poll_advice.advice.given(KEY, RETRIEVAL, 120)
+    def test_never_longer_than_a_long_poll(self, clock: Clock) -> None:
+        poll_advice.given(KEY, RETRIEVAL, 120)
         poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL)
         assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == poll_advice.MAX_WAIT_SECONDS
 
-    def test_a_poll_on_time_is_not_counted_early(self, _fresh: Clock) -> None:
-        poll_advice.advice.given(KEY, RETRIEVAL, 1)
-        _fresh.now += 1
+    def test_a_poll_on_time_is_not_counted_early(self, clock: Clock) -> None:
+        poll_advice.given(KEY, RETRIEVAL, 1)
+        clock.now += 1
         for _ in range(5):
             assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == 0.0
-        poll_advice.advice.given(KEY, RETRIEVAL, 1)
+        poll_advice.given(KEY, RETRIEVAL, 1)
         assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == 0.0  # the first early one
+
+
+class TestNotes:
+    """The notes both kinds of answer are kept in (read_admission.Notes)."""
+
+    def test_forget_and_expiry(self) -> None:
+        clock = Clock()
+        notes = Notes(clock)
+        notes.note(KEY, "a", 2)
+        notes.note(KEY, "b", 2)
+        notes.forget(KEY, "a")
+        assert notes.remaining(KEY, "a") == 0.0
+        clock.now += 2
+        assert notes.remaining(KEY, "b") == 0.0
+
+    def test_starts_afresh_when_full(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from api.services import read_admission
+
+        monkeypatch.setattr(read_admission, "NOTES_SIZE", 2)
+        notes = Notes(Clock())
+        for subject in ("a", "b", "c"):
+            notes.note(KEY, subject, 5)
+        assert notes.remaining(KEY, "a") == 0.0
+        assert notes.remaining(KEY, "c") == 5.0
