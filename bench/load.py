@@ -1,6 +1,8 @@
 """Load test: POST-then-poll at a fixed rate against the running service, on loopback.
 
-Starts its own PostgreSQL database, private Redis, a loopback HTTPS page, the API, a retrieval
+Starts its own PostgreSQL database, private Redis, the fixture site (bench.site: `--pages` pages
+over `--hosts` loopback origins, the issue's 600 over 16 by default; the POSTs take them in
+turn), the API, a retrieval
 worker, the sweeper and beat; runs `--warm-up` retrievals through them (16 at a time, in a
 workspace of their own, outside the figures: the measured minute is sustained load, not a cold
 start); then one or more *other processes* (`python -m bench.load client`: `bench.lean_http`
@@ -123,6 +125,7 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
 
     rec = Recorder()
     loop = asyncio.get_running_loop()
+    urls = Path(args.urls).read_text().split() if args.urls else [args.url]
     # Every process follows one global schedule (slot i is due at start + i / rate) and takes
     # every `count`-th slot of it, so N processes together send at `rate`, evenly spaced.
     count, index = args.process_count, args.process_index
@@ -180,7 +183,7 @@ async def _client(args: argparse.Namespace) -> dict[str, Any]:
             rec.posts_answered += 1
             return
         payload = {
-            "url": args.url,
+            "url": urls[slot % len(urls)],
             "kind": "url_text",
             "workspace_id": args.workspace,
             "mutation_id": str(uuid.uuid4()),
@@ -382,10 +385,9 @@ class CpuMeter:
         self.marks: list[tuple[float, dict[str, float]]] = []
 
     def mark(self) -> None:
-        from bench.procstat import cpu_seconds, machine_cpu, tree_cpu
+        from bench.procstat import machine_cpu, tree_cpu
 
         reading = {name: tree_cpu(pid) for name, pid in self.pids.items()}
-        reading["page server"] = cpu_seconds(os.getpid(), reaped=False)  # this process
         reading["machine"] = machine_cpu()
         self.marks.append((time.monotonic(), reading))
 
@@ -452,14 +454,16 @@ def _pending(db_url: str, workspace: str) -> int:
 
 @dataclass
 class Served:
-    """A running service for a bench: its API, page URL, database and processes."""
+    """A running service for a bench: its API, the site's URLs, database and processes."""
 
     api: str
-    url: str
+    url: str  # the site's first page
+    urls: Path  # every page of the site, a line each
     db_url: str
     tmp: Path
     procs: dict[str, Any]  # name -> tests.support.services.Process
     redis_pid: int
+    site_pid: int
 
     def create_key(self, *workspaces: str) -> str:
         """A new API key for `workspaces` (`evidence keys create`)."""
@@ -472,15 +476,21 @@ class Served:
 
 @contextlib.contextmanager
 def serve(
-    tmp: Path, commands: dict[str, list[str]], log_level: str, site_nice: int
+    tmp: Path,
+    commands: dict[str, list[str]],
+    log_level: str,
+    site_nice: int,
+    pages: int = 600,
+    hosts: int = 16,
 ) -> Iterator[Served]:
-    """Start a PostgreSQL database, Redis, a loopback HTTPS page and `commands` (name ->
-    `evidence` arguments; the API's gets `--port`); stop and drop them all on the way out.
+    """Start a PostgreSQL database, Redis, the fixture site (`pages` pages over `hosts` loopback
+    origins) and `commands` (name -> `evidence` arguments; the API's gets `--port`); stop and
+    drop them all on the way out.
 
     The per-workspace write quotas are lifted: one client at 200 POST/s into one workspace is
     what the load benches measure, not what the quotas are for.
     """
-    from tests.support.pages import article
+    from bench.throughput import Site
     from tests.support.services import (
         Process,
         RedisServer,
@@ -489,19 +499,16 @@ def serve(
         free_port,
         wait_for,
     )
-    from tests.support.tls_site import TLSSite
 
-    site = TLSSite().start()
-    site.page("/robots.txt", "User-agent: *\nAllow: /\n", "text/plain")
-    url = site.page("/load/article", article("Load test article", paragraphs=4))
+    site = Site(Path(tempfile.mkdtemp(prefix="site-", dir=tmp)), pages, hosts, 0)  # a stack's own
     redis = RedisServer(tmp).start()
     db_name, db_url = create_postgres_database()
     env = {
         "EVIDENCE_DATABASE_URL": db_url,
         "EVIDENCE_BROKER_URL": redis.url,
-        "EVIDENCE_EGRESS_ALLOW_CIDRS": "127.0.0.1/32",
-        "EVIDENCE_CA_BUNDLE": str(site.write_ca(tmp / "ca.pem")),
-        "EVIDENCE_FETCH_ALLOWED_PORTS": str(site.port),
+        "EVIDENCE_EGRESS_ALLOW_CIDRS": "127.0.0.0/24",
+        "EVIDENCE_CA_BUNDLE": str(site.info["ca"]),
+        "EVIDENCE_FETCH_ALLOWED_PORTS": str(site.info["port"]),
         "EVIDENCE_LOG_LEVEL": log_level,
         "EVIDENCE_QUOTA_WRITE_RATE": "100000",
         "EVIDENCE_QUOTA_WRITE_BURST": "100000",
@@ -528,9 +535,11 @@ def serve(
         wait_for(lambda: _up(api), timeout=60)
         time.sleep(3)  # let the worker connect
         # The page server stands in for remote sites: part of the workers' load, so it runs at
-        # their niceness (its handler threads inherit it from the accepting thread).
-        os.setpriority(os.PRIO_PROCESS, site._thread.native_id, site_nice)  # type: ignore[union-attr]
-        yield Served(api, url, db_url, tmp, procs, redis.proc.pid if redis.proc else 0)
+        # their niceness.
+        os.setpriority(os.PRIO_PROCESS, site.proc.pid, site_nice)
+        first = site.urls.read_text().split()[0]
+        redis_pid = redis.proc.pid if redis.proc else 0
+        yield Served(api, first, site.urls, db_url, tmp, procs, redis_pid, site.proc.pid)
     finally:
         for proc in procs.values():
             proc.stop()
@@ -561,7 +570,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
     clients: list[subprocess.Popen[bytes]] = []
     try:
-        with serve(tmp, commands, args.log_level, args.worker_nice) as served:
+        with serve(
+            tmp, commands, args.log_level, args.worker_nice, args.pages, args.hosts
+        ) as served:
             return _measure(args, served, clients)
     finally:
         for client in clients:
@@ -590,7 +601,7 @@ def _measure(
     # (`evidence worker --nice` now lowers its own session; --as-make-run leaves it at that.)
     for name in () if args.as_make_run else ("worker", "sweeper"):
         _autogroup_nice(procs[name].pid, args.worker_nice)
-    pids = {name: proc.pid for name, proc in procs.items()}
+    pids = {name: proc.pid for name, proc in procs.items()} | {"page server": served.site_pid}
     postmaster = _postmaster()
     if postmaster:  # every database's backends, not only this run's
         pids["postgres"] = postmaster
@@ -600,7 +611,8 @@ def _measure(
     for n, out in enumerate(outs):
         command = [
             sys.executable, "-m", "bench.load", "client", "--api", api, "--key", key,
-            "--workspace", args.workspace, "--url", url, "--rate", str(args.rate),
+            "--workspace", args.workspace, "--url", url, "--urls", str(served.urls),
+            "--rate", str(args.rate),
             "--duration", str(args.duration), "--poll-interval", str(args.poll_interval),
             "--settle-timeout", str(args.settle_timeout),
             "--connections", str(max(1, args.connections // args.client_processes)),
@@ -928,11 +940,14 @@ def main() -> None:
         "--client-nice", type=int, default=0, help="nice value of the load clients (< 0: root)"
     )
     parser.add_argument("--log-level", default="WARNING", help="the services' EVIDENCE_LOG_LEVEL")
+    parser.add_argument("--pages", type=int, default=600, help="the fixture site's pages")
+    parser.add_argument("--hosts", type=int, default=16, help="origins the pages are spread over")
     parser.add_argument("--workspace", default=str(uuid.uuid4()))
     # Client mode only.
     parser.add_argument("--api", default="")
     parser.add_argument("--key", default="")
     parser.add_argument("--url", default="")
+    parser.add_argument("--urls", default="", help="a file of URLs the POSTs take in turn")
     parser.add_argument("--out", default="")
     parser.add_argument("--process-index", type=int, default=0)
     parser.add_argument("--process-count", type=int, default=1)

@@ -148,7 +148,8 @@ def run_clients(served: Served, clients: list[Client], tag: str) -> dict[str, An
                 command = [
                     sys.executable, "-m", "bench.load", "client", "--api", served.api,
                     "--key", client.key, "--workspace", client.workspace, "--url", served.url,
-                    "--rate", str(client.rate), "--duration", str(client.duration),
+                    "--urls", str(served.urls), "--rate", str(client.rate),
+                    "--duration", str(client.duration),
                     "--stop-after", str(client.stop_after),
                     "--settle-timeout", str(client.stop_after),
                     "--connections", str(client.connections),
@@ -159,6 +160,7 @@ def run_clients(served: Served, clients: list[Client], tag: str) -> dict[str, An
                 procs.append((client.name, proc, out))
                 roles_of.append(client.role)
         pids = {name: proc.pid for name, proc in served.procs.items()}
+        pids["page server"] = served.site_pid
         if served.redis_pid:
             pids["redis"] = served.redis_pid
         if postmaster := _postmaster():
@@ -322,6 +324,7 @@ def measure_set(process_set: str, args: argparse.Namespace, cpu_share: str = "")
     tmp = Path(tempfile.mkdtemp(prefix=f"evidence-overload-{process_set}-"))
     result: dict[str, Any] = {"commands": commands(process_set, tmp, cpu_share)}
     b_gap = ["--poll-mode", "ignore", "--poll-gap", str(args.b_poll_gap)]
+    site = (args.log_level, args.site_nice, args.pages, args.hosts)
 
     def b_client(key: str, seconds: float) -> Client:
         return Client("B", key, b, 1 / args.b_every, seconds, seconds + args.b_grace, b_gap)
@@ -333,7 +336,7 @@ def measure_set(process_set: str, args: argparse.Namespace, cpu_share: str = "")
         )  # fmt: skip
 
     try:
-        with serve(tmp, result["commands"], args.log_level, args.site_nice) as served:
+        with serve(tmp, result["commands"], *site) as served:
             key_a, key_b = served.create_key(a), served.create_key(b)
             _warm_up(served.api, key_a, a, served.url, args.warm_up)
             ids = [str(i) for (i,) in _query(served.db_url, _IDS, w=a)]
@@ -367,7 +370,7 @@ def measure_set(process_set: str, args: argparse.Namespace, cpu_share: str = "")
             )  # fmt: skip
             result["unloaded"] = _phase(served, unloaded, a, b, b_idle)
         for phase in ("loaded", "loaded-combined") if args.a_combined else ("loaded",):
-            with serve(tmp, result["commands"], args.log_level, args.site_nice) as served:
+            with serve(tmp, result["commands"], *site) as served:
                 key_a, key_b = served.create_key(a), served.create_key(b)
                 _warm_up(served.api, key_a, a, served.url, args.warm_up)
                 print(f"{process_set}: {phase}, pollers ignoring Retry-After", file=sys.stderr)
@@ -648,6 +651,8 @@ def main() -> None:
     )
     parser.add_argument("--warm-up", type=int, default=40, help="A's retrievals beforehand")
     parser.add_argument("--site-nice", type=int, default=10, help="the page server's nice")
+    parser.add_argument("--pages", type=int, default=600, help="the fixture site's pages")
+    parser.add_argument("--hosts", type=int, default=16, help="origins the pages are spread over")
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--keep", action="store_true", help="keep the logs and client records")
     args = parser.parse_args()

@@ -35,11 +35,12 @@ class _Api(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
+        body = self.rfile.read(int(self.headers["Content-Length"]))
         server: Any = self.server
         with server.lock:
             server.post_connections.add(self.client_address)
             server.posts += 1
+            server.urls.append(json.loads(body)["url"])
             rid = f"{server.prefix}{server.posts}"
         self._send(202, {"retrieval": {"id": rid, "state": "pending"}}, "5")
 
@@ -68,7 +69,7 @@ def api() -> Iterator[Any]:
     httpd: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
     httpd.daemon_threads = True
     httpd.lock = threading.Lock()
-    httpd.posts, httpd.prefix, httpd.gets = 0, "r", {}
+    httpd.posts, httpd.prefix, httpd.gets, httpd.urls = 0, "r", {}, []
     httpd.fills, httpd.get_connections, httpd.post_connections = set(), set(), set()
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -83,6 +84,7 @@ def _args(api: Any, **options: Any) -> argparse.Namespace:
         "key": "k",
         "workspace": "w",
         "url": "https://example.test/",
+        "urls": "",
         "rate": 50.0,
         "duration": 0.1,  # 5 slots
         "poll_interval": 1.0,
@@ -119,6 +121,18 @@ def test_none_posts_only(api: Any) -> None:
     got = asyncio.run(_client(_args(api, poll_mode="none")))
     assert api.posts == 5 and api.gets == {}
     assert len(got["requests"][POST]) == 5 and got["requests"][GET] == []
+
+
+def test_posts_take_the_sites_urls_in_turn(api: Any, tmp_path: Path) -> None:
+    """Of two processes on one schedule, each POSTs the URLs of its own slots, in order."""
+    urls = tmp_path / "urls.txt"
+    urls.write_text("https://a.test/0\nhttps://b.test/1\n\nhttps://a.test/2\n")
+    for index in (0, 1):
+        options = {"poll_mode": "none", "urls": str(urls), "process_count": 2}
+        asyncio.run(_client(_args(api, process_index=index, duration=0.12, **options)))
+    # Slots 0-5 of the one schedule take line slot % 3 (the blank line is no URL).
+    a0, b1, a2 = "https://a.test/0", "https://b.test/1", "https://a.test/2"
+    assert api.urls == [a0, a2, b1] + [b1, a0, a2]
 
 
 def test_polls_use_a_pool_of_their_own(api: Any) -> None:
