@@ -5,14 +5,19 @@ ignored it and polled in a loop got a database read per poll until its read buck
 `make overload`'s 256 pollers were answered about 150 real reads a second at the default read
 rate, and the API spent a core on them (docs/measurements.md, "Where a POST waits").
 
-So each API process notes, per key and retrieval, when the advice it gave falls due, and
-counts per workspace the polls that come back before theirs. A `GET …/retrievals/{id}`
-(without `Prefer: wait`) that is early, from a workspace with more than
-EARLY_POLLS_PER_SECOND early polls in this second or the last, waits in the event loop (no
-thread, no database, no Redis) until its advice is due, the retrieval settles (the settle
-notification long-polls wait on), or MAX_WAIT_SECONDS pass; then it is read and answered as
-usual, for one read token. Nothing is refused and no state is served stale: the poll is
-answered as a long-poll would be, when the advice said.
+So every advice given, by the POST that created the retrieval or by a poll's answer, is noted
+per key and retrieval: in the process that gave it, and in Redis until it falls due (a
+poller's next request may reach another API process: with the note in one process only, half
+of the early polls went unnoticed and were read at once). Each process counts per workspace
+the polls that come back before theirs. A `GET …/retrievals/{id}` (without `Prefer: wait`)
+that is early, from a workspace with more than EARLY_POLLS_PER_SECOND early polls in this
+second or the last, waits in the event loop (no thread, no database) until its advice is due,
+the retrieval settles (the settle notification long-polls wait on), or MAX_WAIT_SECONDS pass;
+then it is read and answered as usual, for one read token. One that settled before the poll
+came is not held (the settle was announced to this process too). Nothing is refused and no
+state is served stale: the poll is answered as a long-poll would be, when the advice said.
+Without Redis the process's own notes are all there is: advice is soft, and never fails or
+slows the answer it rides on beyond the shared-state bound.
 
 A workspace that polls early now and then (an agent asking about a few retrievals a little
 faster than advised) is answered at once, as before.
@@ -27,14 +32,20 @@ import time
 import uuid
 from collections.abc import Callable
 
+from redis.exceptions import RedisError
+
 from api.services import waiters
 from api.services.counters import POLLS_HELD
 from api.services.read_admission import NOTES_SIZE, Notes
+from worker.platform import redis_clients
 
 #: Early polls a second from one workspace (in one API process) past which they wait.
 EARLY_POLLS_PER_SECOND = 10
 #: Longest an early poll waits (the long-poll's bound): a longer advice is read again after it.
 MAX_WAIT_SECONDS = 30.0
+#: Where the advice given to a key on a retrieval is kept for the other API processes (it
+#: expires when it falls due).
+SHARED_PREFIX = "evidence:poll-advice:"
 
 
 class EarlyPolls:
@@ -71,22 +82,59 @@ advice = Notes()
 early = EarlyPolls()
 
 
-def hold_seconds(key_id: uuid.UUID, workspace_id: uuid.UUID, retrieval_id: uuid.UUID) -> float:
-    """How long this poll waits for its advice: 0 unless it is early and its workspace polls
-    early in a loop."""
-    left = advice.remaining(key_id, str(retrieval_id))
+def hold_seconds(
+    key_id: uuid.UUID, workspace_id: uuid.UUID, retrieval_id: uuid.UUID, elsewhere: float = 0.0
+) -> float:
+    """How long this poll waits for its advice (this process's note, else `elsewhere`: what
+    another process noted): 0 unless it is early and its workspace polls early in a loop."""
+    left = advice.remaining(key_id, str(retrieval_id)) or elsewhere
     if left <= 0 or not early.looping(workspace_id):
         return 0.0
     return min(left, MAX_WAIT_SECONDS)
 
 
+def _shared_name(key_id: uuid.UUID, retrieval_id: uuid.UUID) -> str:
+    return f"{SHARED_PREFIX}{key_id}:{retrieval_id}"
+
+
 def given(key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> None:
     """The answer told `key_id` to ask about `retrieval_id` again after `seconds` (None: it
-    settled, and no advice stands)."""
+    settled, and no advice stands), as this process notes it."""
     if seconds is None:
         advice.forget(key_id, str(retrieval_id))
     else:
         advice.note(key_id, str(retrieval_id), seconds)
+
+
+def shared(key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> None:
+    """`given`, noted for the other API processes too (from a thread: a blocking client)."""
+    given(key_id, retrieval_id, seconds)
+    # A settled answer leaves the shared note to expire: a poll of a retrieval that settled is
+    # not held anyway (waiters' recent settles), and a delete per settled read would cost a
+    # round trip to every read of settled retrievals.
+    if seconds is not None:
+        with contextlib.suppress(RedisError):
+            redis_clients.shared().set(_shared_name(key_id, retrieval_id), 1, px=seconds * 1000)
+
+
+async def shared_async(key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> None:
+    """`shared` from the event loop."""
+    given(key_id, retrieval_id, seconds)
+    if seconds is not None:
+        client = redis_clients.shared_async()
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            await client.set(_shared_name(key_id, retrieval_id), 1, px=seconds * 1000)
+
+
+async def _elsewhere(key_id: uuid.UUID, retrieval_id: uuid.UUID) -> float:
+    """Seconds until the advice another process gave falls due; 0 when none stands (or Redis
+    cannot say)."""
+    client = redis_clients.shared_async()
+    try:
+        millis = await client.pttl(_shared_name(key_id, retrieval_id))
+    except (RedisError, OSError, TimeoutError):
+        return 0.0
+    return max(0.0, float(millis) / 1000)
 
 
 async def wait_for_advice(
@@ -94,9 +142,13 @@ async def wait_for_advice(
 ) -> None:
     """Wait, holding no thread, until this poll's advice is due or the retrieval settles; at
     once when the poll is not early or its workspace does not poll early in a loop."""
-    seconds = hold_seconds(key_id, workspace_id, retrieval_id)
-    if seconds <= 0:
+    elsewhere = 0.0
+    if advice.remaining(key_id, str(retrieval_id)) <= 0:
+        elsewhere = await _elsewhere(key_id, retrieval_id)
+    seconds = hold_seconds(key_id, workspace_id, retrieval_id, elsewhere)
+    hub = waiters.hub()
+    if seconds <= 0 or hub.settled_lately(str(retrieval_id)):
         return
     POLLS_HELD.inc()
-    with waiters.hub().watch([str(retrieval_id)]) as settled, contextlib.suppress(TimeoutError):
+    with hub.watch([str(retrieval_id)]) as settled, contextlib.suppress(TimeoutError):
         await asyncio.wait_for(settled.wait(), seconds)

@@ -38,6 +38,8 @@ MAX_WAIT_SECONDS = 30
 #: How long a wait lets the subscription come up before it reads (it waits on regardless).
 SUBSCRIBE_WAIT_SECONDS = 1.0
 RECONNECT_SECONDS = (0.1, 0.5, 1.0, 2.0, 5.0)
+#: Settle announcements each hub remembers (a few minutes' worth at full speed).
+RECENT = 65_536
 
 
 class Hub:
@@ -46,6 +48,9 @@ class Hub:
     def __init__(self, url: str) -> None:
         self.url = url
         self.waiters: dict[str, set[asyncio.Event]] = {}
+        #: The ids announced lately, oldest first (RECENT of them): what settled before anyone
+        #: here waited for it.
+        self.recent: dict[str, None] = {}
         self.subscribed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -78,8 +83,15 @@ class Hub:
 
     def wake(self, ids: Iterable[str]) -> None:
         for key in ids:
+            self.recent[key] = None
+            if len(self.recent) > RECENT:
+                del self.recent[next(iter(self.recent))]
             for event in self.waiters.get(key, ()):
                 event.set()
+
+    def settled_lately(self, key: str) -> bool:
+        """Whether `key` was announced since this subscription began (of the last RECENT)."""
+        return key in self.recent
 
     def wake_all(self) -> None:
         for events in self.waiters.values():

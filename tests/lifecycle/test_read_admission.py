@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from api.services import admission as quotas
-from api.services import poll_advice, read_admission
+from api.services import poll_advice, read_admission, waiters
 from api.services import retrievals as retrieval_service
 from api.services.counters import REGISTRY
 from tests.support.factories import Api, body, cancel_open, check_envelope, make_key, parked
@@ -259,6 +259,47 @@ class TestEarlyPolls:
         other = Api(api.client, make_key([workspace]))
         assert other.get(retrieval_id).status_code == 200
         assert held_count() == before + 1
+
+    def test_the_posts_advice_counts(
+        self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A poll straight after the POST comes back before the POST's Retry-After: it waits
+        like any early poll (a poller that ignores advice would otherwise read each new
+        retrieval at once), in whichever API process it lands (the advice is shared through
+        Redis); another key's first poll does not."""
+        monkeypatch.setattr(retrieval_service, "MIN_RETRY_AFTER_SECONDS", 2)
+        monkeypatch.setattr(poll_advice, "EARLY_POLLS_PER_SECOND", 0)
+        # Not published: a worker failing it at once would settle it before the poll.
+        monkeypatch.setattr(retrieval_service, "publish_new", lambda *_: None)
+        posted = api.post(body("https://example.org/post-advice", workspace))
+        assert posted.status_code == 202 and posted.headers["Retry-After"] == "2"
+        retrieval_id = posted.json()["retrieval"]["id"]
+        poll_advice.advice.clear()  # as if the POST was answered by another API process
+        before = held_count()
+        other = Api(api.client, make_key([workspace]))
+        assert other.get(retrieval_id).status_code == 200
+        assert held_count() == before
+        assert api.get(retrieval_id).status_code == 200
+        assert held_count() == before + 1
+
+    def test_a_retrieval_that_settled_is_answered_at_once(
+        self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Advice given elsewhere still stands, but the retrieval settled before the poll came:
+        the settle was announced to this process, and the poll is read at once."""
+        monkeypatch.setattr(retrieval_service, "MIN_RETRY_AFTER_SECONDS", 30)
+        monkeypatch.setattr(poll_advice, "EARLY_POLLS_PER_SECOND", 0)
+        monkeypatch.setattr(retrieval_service, "publish_new", lambda *_: None)
+        posted = api.post(body("https://example.org/settled-advice", workspace))
+        retrieval_id = posted.json()["retrieval"]["id"]
+        assert api.long_poll(retrieval_id, "wait=0").status_code == 200  # the hub listens
+        api.cancel(retrieval_id)
+        hubs = list(waiters._hubs.values())
+        wait_for(lambda: any(retrieval_id in hub.recent for hub in hubs), timeout=scaled(10))
+        poll_advice.advice.clear()  # only the shared note stands, as in another process
+        before, started = held_count(), time.monotonic()
+        assert api.get(retrieval_id).json()["retrieval"]["state"] == "cancelled"
+        assert held_count() == before and time.monotonic() - started < 10
 
     def test_it_is_answered_when_the_retrieval_settles(
         self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch

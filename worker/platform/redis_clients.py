@@ -9,8 +9,10 @@ is an asyncio client.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
+import weakref
 from typing import Any
 
 import redis
@@ -23,6 +25,9 @@ SHORT_TIMEOUT_SECONDS = 0.5
 
 _shared: dict[tuple[int, str], redis.Redis] = {}
 _lock = threading.Lock()
+_shared_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def connect(url: str, timeout: float = SHORT_TIMEOUT_SECONDS) -> redis.Redis:
@@ -49,3 +54,17 @@ def subscriber(url: str, connect_timeout: float = 2.0) -> Any:
 
     Typed `Any`: redis-py leaves parts of its asyncio client (`aclose`) unannotated."""
     return redis.asyncio.Redis.from_url(url, socket_connect_timeout=connect_timeout)
+
+
+def shared_async() -> Any:
+    """This event loop's asyncio client of the shared-state Redis, bounded like `shared`'s
+    (a client's connections belong to the loop that opened them). Typed `Any` as above."""
+    loop = asyncio.get_running_loop()
+    client = _shared_async.get(loop)
+    if client is None:
+        client = _shared_async[loop] = redis.asyncio.Redis.from_url(
+            get_settings().politeness_redis_url,
+            socket_timeout=SHORT_TIMEOUT_SECONDS,
+            socket_connect_timeout=SHORT_TIMEOUT_SECONDS,
+        )
+    return client

@@ -81,11 +81,12 @@ def retrieve(
     """Record a retrieval (202), or return the one this mutation_id already made (200)."""
     max_age = parse_max_age(cache_control)
     submitted = retrievals.submit_retrieval(principal, body, max_age, publish_later=True)
-    answer = _answer(
-        submitted.payload,
-        202 if submitted.created else 200,
-        retrievals.retry_after(submitted.payload, submitted.lane),
+    retry_after = retrievals.retry_after(submitted.payload, submitted.lane)
+    # The first advice on it: a poll straight after this answer is as early as any other.
+    poll_advice.shared(
+        principal.key_id, uuid.UUID(submitted.payload["retrieval"]["id"]), retry_after
     )
+    answer = _answer(submitted.payload, 202 if submitted.created else 200, retry_after)
     # Published once the answer is sent: the answer waits for the commit only. A process that
     # dies in between leaves the pending row to the sweep (`EVIDENCE_REPUBLISH_AFTER_SECONDS`).
     if submitted.unpublished is not None:
@@ -151,7 +152,7 @@ async def get_retrieval(
             payload, retry_after = await waiters.wait_until(
                 read, [str(retrieval_id)], lambda got: _settled(got[0]["retrieval"]), wait, run
             )
-    poll_advice.given(principal.key_id, retrieval_id, retry_after)
+    await poll_advice.shared_async(principal.key_id, retrieval_id, retry_after)
     return _applied(_answer(payload, 200, retry_after), wait)
 
 
