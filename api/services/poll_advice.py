@@ -40,7 +40,7 @@ from api.services.read_admission import NOTES_SIZE, Notes
 from worker.platform import redis_clients
 
 #: Early polls a second from one workspace (in one API process) past which they wait.
-EARLY_POLLS_PER_SECOND = 10
+EARLY_POLLS_PER_SECOND = 25
 #: Longest an early poll waits (the long-poll's bound): a longer advice is read again after it.
 MAX_WAIT_SECONDS = 30.0
 #: Where the advice given to a key on a retrieval is kept for the other API processes (it
@@ -106,20 +106,18 @@ def given(key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> No
         advice.note(key_id, str(retrieval_id), seconds)
 
 
-def shared(key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> None:
-    """`given`, noted for the other API processes too (from a thread: a blocking client)."""
-    given(key_id, retrieval_id, seconds)
-    # A settled answer leaves the shared note to expire: a poll of a retrieval that settled is
-    # not held anyway (waiters' recent settles), and a delete per settled read would cost a
-    # round trip to every read of settled retrievals.
+def share(key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> None:
+    """Note the advice `given` for the other API processes too (once the answer is sent, from
+    a thread). A settled answer leaves the shared note to expire: a poll of a retrieval that
+    settled is not held anyway (its settle was announced), and a delete per settled read would
+    cost every read of a settled retrieval a round trip."""
     if seconds is not None:
         with contextlib.suppress(RedisError):
             redis_clients.shared().set(_shared_name(key_id, retrieval_id), 1, px=seconds * 1000)
 
 
-async def shared_async(key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> None:
-    """`shared` from the event loop."""
-    given(key_id, retrieval_id, seconds)
+async def share_async(key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> None:
+    """`share` from the event loop."""
     if seconds is not None:
         client = redis_clients.shared_async()
         with contextlib.suppress(RedisError, OSError, TimeoutError):

@@ -83,16 +83,19 @@ def retrieve(
     submitted = retrievals.submit_retrieval(principal, body, max_age, publish_later=True)
     retry_after = retrievals.retry_after(submitted.payload, submitted.lane)
     # The first advice on it: a poll straight after this answer is as early as any other.
-    poll_advice.shared(
-        principal.key_id, uuid.UUID(submitted.payload["retrieval"]["id"]), retry_after
-    )
+    retrieval_id = uuid.UUID(submitted.payload["retrieval"]["id"])
+    poll_advice.given(principal.key_id, retrieval_id, retry_after)
     answer = _answer(submitted.payload, 202 if submitted.created else 200, retry_after)
-    # Published once the answer is sent: the answer waits for the commit only. A process that
-    # dies in between leaves the pending row to the sweep (`EVIDENCE_REPUBLISH_AFTER_SECONDS`).
-    if submitted.unpublished is not None:
-        answer.background = BackgroundTask(
-            retrievals.publish_new, submitted.unpublished, submitted.lane
-        )
+
+    # Once the answer is sent (it waits for the commit only): published, then the advice
+    # shared. A process that dies in between leaves the pending row to the sweep
+    # (`EVIDENCE_REPUBLISH_AFTER_SECONDS`).
+    def after_answer() -> None:
+        if submitted.unpublished is not None:
+            retrievals.publish_new(submitted.unpublished, submitted.lane)
+        poll_advice.share(principal.key_id, retrieval_id, retry_after)
+
+    answer.background = BackgroundTask(after_answer)
     return answer
 
 
@@ -152,8 +155,12 @@ async def get_retrieval(
             payload, retry_after = await waiters.wait_until(
                 read, [str(retrieval_id)], lambda got: _settled(got[0]["retrieval"]), wait, run
             )
-    await poll_advice.shared_async(principal.key_id, retrieval_id, retry_after)
-    return _applied(_answer(payload, 200, retry_after), wait)
+    poll_advice.given(principal.key_id, retrieval_id, retry_after)
+    answer = _applied(_answer(payload, 200, retry_after), wait)
+    answer.background = BackgroundTask(
+        poll_advice.share_async, principal.key_id, retrieval_id, retry_after
+    )
+    return answer
 
 
 @router.post(
