@@ -26,7 +26,7 @@ from api.services import retrievals as retrieval_service
 from api.serving import cpu_claims
 from api.serving.body_limit import BodyLimit
 from api.serving.bounded_bodies import BoundedBodies, api_rule
-from worker.platform import heap, logs
+from worker.platform import heap, logs, redis_clients
 from worker.platform.settings import get_settings
 
 #: Longest the API waits at start for its warm-up before taking requests anyway.
@@ -49,6 +49,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     yield
     image_fetch.close_image_fetcher()
     await waiters.close_hub()
+    await redis_clients.close_shared_async()
 
 
 DESCRIPTION = """Fetch public pages and caption files into immutable evidence revisions, and

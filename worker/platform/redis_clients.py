@@ -68,3 +68,10 @@ def shared_async() -> Any:
             socket_connect_timeout=SHORT_TIMEOUT_SECONDS,
         )
     return client
+
+
+async def close_shared_async() -> None:
+    """Close this event loop's client of `shared_async` (at shutdown)."""
+    client = _shared_async.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.aclose()
