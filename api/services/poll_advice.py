@@ -57,19 +57,29 @@ class EarlyPolls:
         self._counts: dict[uuid.UUID, tuple[int, int, int]] = {}
         self._lock = threading.Lock()
 
+    def _current(self, workspace_id: uuid.UUID, second: int) -> tuple[int, int]:
+        """The workspace's early polls in `second` and in the one before."""
+        last_second, now, before = self._counts.get(workspace_id, (second, 0, 0))
+        if second == last_second + 1:
+            return 0, now
+        if second != last_second:
+            return 0, 0
+        return now, before
+
     def looping(self, workspace_id: uuid.UUID) -> bool:
         """Count one early poll of the workspace; whether its early polls in this second or the
         last are more than EARLY_POLLS_PER_SECOND."""
         second = int(self._clock())
         with self._lock:
-            last_second, now, before = self._counts.get(workspace_id, (second, 0, 0))
-            if second == last_second + 1:
-                now, before = 0, now
-            elif second != last_second:
-                now, before = 0, 0
+            now, before = self._current(workspace_id, second)
             if len(self._counts) >= NOTES_SIZE and workspace_id not in self._counts:
                 self._counts.clear()
             self._counts[workspace_id] = (second, now + 1, before)
+        return max(now + 1, before) > EARLY_POLLS_PER_SECOND
+
+    def would_loop(self, workspace_id: uuid.UUID) -> bool:
+        """Whether one more early poll would find the workspace looping (nothing counted)."""
+        now, before = self._current(workspace_id, int(self._clock()))
         return max(now + 1, before) > EARLY_POLLS_PER_SECOND
 
     def clear(self) -> None:
@@ -140,8 +150,10 @@ async def wait_for_advice(
 ) -> None:
     """Wait, holding no thread, until this poll's advice is due or the retrieval settles; at
     once when the poll is not early or its workspace does not poll early in a loop."""
+    # Redis is asked only for a workspace this process already sees looping: a poll of any
+    # other is answered at once whatever it was told, so the round trip would buy nothing.
     elsewhere = 0.0
-    if advice.remaining(key_id, str(retrieval_id)) <= 0:
+    if advice.remaining(key_id, str(retrieval_id)) <= 0 and early.would_loop(workspace_id):
         elsewhere = await _elsewhere(key_id, retrieval_id)
     seconds = hold_seconds(key_id, workspace_id, retrieval_id, elsewhere)
     hub = waiters.hub()

@@ -3,13 +3,17 @@ many early polls a workspace made in this second and the last (api.services.poll
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
+import redis.asyncio
 
-from api.services import poll_advice
+from api.services import poll_advice, waiters
 from api.services.poll_advice import EarlyPolls
 from api.services.read_admission import Notes
+from tests.support.services import free_port
+from worker.platform import redis_clients
 
 
 class Clock:
@@ -127,3 +131,45 @@ class TestNotes:
             notes.note(KEY, subject, 5)
         assert notes.remaining(KEY, "a") == 0.0
         assert notes.remaining(KEY, "c") == 5.0
+
+
+class TestShared:
+    """The advice other processes gave, in Redis: asked only for a looping workspace, and never
+    failing a poll when Redis cannot answer."""
+
+    @pytest.fixture
+    def asked(self, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> list[uuid.UUID]:
+        """The retrievals Redis was asked about (it says none stands); a hub never started."""
+        calls: list[uuid.UUID] = []
+
+        async def elsewhere(key_id: uuid.UUID, retrieval_id: uuid.UUID) -> float:
+            calls.append(retrieval_id)
+            return 0.0
+
+        monkeypatch.setattr(poll_advice, "_elsewhere", elsewhere)
+        monkeypatch.setattr(waiters, "hub", lambda: waiters.Hub("redis://127.0.0.1:1"))
+        return calls
+
+    def test_only_a_looping_workspace_asks(self, asked: list[uuid.UUID]) -> None:
+        asyncio.run(poll_advice.wait_for_advice(KEY, WORKSPACE, RETRIEVAL))
+        assert asked == []  # no early poll yet: answered at once, whatever it was told
+        poll_advice.given(KEY, OTHER, 5)
+        poll_advice.hold_seconds(KEY, WORKSPACE, OTHER)  # one early poll, seen here
+        asyncio.run(poll_advice.wait_for_advice(KEY, WORKSPACE, RETRIEVAL))
+        assert asked == [RETRIEVAL]
+
+    def test_redis_that_cannot_answer_leaves_only_this_process_notes(
+        self, clock: Clock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        dead = f"redis://127.0.0.1:{free_port()}"
+
+        def client() -> object:
+            return redis.asyncio.Redis.from_url(dead, socket_connect_timeout=0.5)
+
+        monkeypatch.setattr(redis_clients, "shared_async", client)
+
+        async def ask() -> float:
+            await poll_advice.share_async(KEY, RETRIEVAL, 5)
+            return await poll_advice._elsewhere(KEY, RETRIEVAL)
+
+        assert asyncio.run(ask()) == 0.0
