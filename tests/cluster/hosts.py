@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import trustme
 
 from tests.cluster.netns import (
@@ -99,8 +100,15 @@ class HostProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+    def tail(self, lines: int = 30, skip: str | None = None) -> str:
+        kept = self.log_path.read_text(errors="replace").splitlines()
+        if skip is not None:
+            kept = [line for line in kept if skip not in line]
+        return "\n".join(kept[-lines:])
+
+
+#: What an API request's access line holds.
+REQUEST_LINE = '"event": "request"'
 
 
 class Cluster:
@@ -194,7 +202,8 @@ class Cluster:
         with open(self.workdir / "relay.log", "ab") as log:  # the child keeps its own copy
             self.relay = subprocess.Popen(
                 [sys.executable, "-m", "tests.cluster.relay",
-                 f"{network.gateway}:{POSTGRES_PORT}", target],
+                 f"{network.gateway}:{POSTGRES_PORT}", target,
+                 self.env["EVIDENCE_DB_PEER_TIMEOUT_SECONDS"]],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
             )  # fmt: skip
         self.run("services", "redis", [
@@ -391,12 +400,35 @@ class Cluster:
         db.dispose_engine()
 
     def logs(self, lines: int = 30) -> str:
-        """The last lines of every process's log (for a failed test's report)."""
-        return "\n".join(
-            f"--- {p.log_path.name} ---\n{p.tail(lines)}"
-            for group in self.processes.values()
-            for p in group
+        """For a failed test's report: the database's sessions, then the last lines of every
+        process's log, the sweeper's and beat's first (a report may be cut short), the API's
+        request lines left out (a poller's hundreds bury the rest)."""
+        processes = [p for group in self.processes.values() for p in group]
+        processes.sort(
+            key=lambda p: ("sweeper" not in p.log_path.name, "beat" not in p.log_path.name)
         )
+        tails = [
+            f"--- {p.log_path.name} ---\n{p.tail(lines, skip=REQUEST_LINE)}" for p in processes
+        ]
+        return "\n".join([f"--- database sessions ---\n{self.sessions()}", *tails])
+
+    def sessions(self) -> str:
+        """The cluster database's sessions: who is in a transaction, since when, waiting on
+        what (a stuck sweep is most often a lock some session holds)."""
+        if not self.database:
+            return "(no database)"
+        try:
+            with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
+                rows = conn.execute(
+                    "SELECT pid, client_addr, state, wait_event_type, wait_event,"
+                    " round(extract(epoch FROM now() - xact_start)::numeric, 1),"
+                    " left(regexp_replace(query, '\\s+', ' ', 'g'), 120)"
+                    " FROM pg_stat_activity WHERE datname = %s ORDER BY xact_start NULLS LAST",
+                    (self.database,),
+                ).fetchall()
+        except psycopg.Error as exc:
+            return f"(not read: {exc})"
+        return "\n".join(" | ".join(str(v) for v in row) for row in rows) or "(none)"
 
     def close(self) -> None:
         """Stop everything, remove every namespace and link, drop the database. Idempotent."""

@@ -16,6 +16,10 @@ POSTGRES_PORT = 5432
 #: lease is 12 s): the link-down case found a host cut off mid-transaction holding its locks,
 #: and with them the sweep and every other host's webhook dispatch, for as long as TCP takes.
 IDLE_IN_TRANSACTION_SECONDS = 8
+#: Seconds PostgreSQL (here the relay, on its behalf: tests/cluster/relay.py) keeps a silent
+#: host's session: the link-down case also found a host cut off in the middle of sending its
+#: settle, which the idle bound does not cover, holding its group's rows past the lease.
+PEER_TIMEOUT_SECONDS = 8
 
 
 def cluster_env(network: Network, services: Host, database: str, ca: Path) -> dict[str, str]:
@@ -37,6 +41,7 @@ def cluster_env(network: Network, services: Host, database: str, ca: Path) -> di
         # The service's own bound on a session idle in a transaction, shorter than the cluster's
         # lease: a host cut off mid-transaction must not hold its locks past it.
         "EVIDENCE_DB_IDLE_TRANSACTION_TIMEOUT_SECONDS": str(scaled(IDLE_IN_TRANSACTION_SECONDS)),
+        "EVIDENCE_DB_PEER_TIMEOUT_SECONDS": str(scaled(PEER_TIMEOUT_SECONDS)),
         "EVIDENCE_EXTRACT_PROCESSES": "1",
     }
 

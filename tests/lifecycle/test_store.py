@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import TypeVar
 
 import pytest
 
+from tests.conftest import Env
+from tests.support.slowdown import scaled
 from worker.content.results import Content, content_result
 from worker.domain import clock
 from worker.retrieval import claims, transitions
@@ -14,6 +19,8 @@ from worker.retrieval import records as retrievals
 from worker.store import db, retrieval_view
 
 pytestmark = pytest.mark.lifecycle
+
+T = TypeVar("T")
 
 
 def _new(ttl: timedelta, workspace_id: uuid.UUID | None = None) -> uuid.UUID:
@@ -215,3 +222,79 @@ class TestLaneAtInsert:
         # Settled work no longer counts: below the limit again, singles are interactive.
         assert transitions.settle_claim(_claim(first[0].id), _result(), clock.now())
         assert self._create(workspace)[0].lane == "interactive"
+
+
+@pytest.mark.usefixtures("own_database")  # the session's sweep and worker must not touch its rows
+class TestSweepPastHeldRows:
+    """A row another transaction holds does not hold the sweep's statements: a host cut off
+    while it sends its settle keeps its group's rows locked until the database drops its
+    session, and every other lost claim must still be rescued (and expiry still done) now."""
+
+    @pytest.fixture
+    def hold(self, env: Env, own_database: str) -> Iterator[Callable[[uuid.UUID], None]]:
+        """Lock a row in a transaction of another connection, left open until the test ends."""
+        if env.db_kind != "postgres":
+            pytest.skip("row locks are PostgreSQL's: SQLite runs one writer at a time")
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(own_database)
+        connection = engine.connect()
+        transaction = connection.begin()
+
+        def lock(retrieval_id: uuid.UUID) -> None:
+            connection.execute(
+                sa.text("SELECT id FROM retrieval WHERE id = :id FOR UPDATE"), {"id": retrieval_id}
+            )
+
+        try:
+            yield lock
+        finally:
+            transaction.rollback()
+            connection.close()
+            engine.dispose()
+
+    @staticmethod
+    def _within(seconds: float, fn: Callable[[], T]) -> T:
+        """`fn`'s answer, which must come within `seconds` (it would wait on the lock)."""
+        answers: list[T] = []
+        thread = threading.Thread(target=lambda: answers.append(fn()), daemon=True)
+        thread.start()
+        thread.join(scaled(seconds))
+        assert answers, f"still waiting after {seconds} s: the statement waits on the held row"
+        return answers[0]
+
+    def test_lost_claims_rescued_past_a_held_one(self, hold: Callable[[uuid.UUID], None]) -> None:
+        held, free = _new(timedelta(hours=1)), _new(timedelta(hours=1))
+        for rid in (held, free):
+            _claim(rid)
+            _lose_lease(rid)
+        hold(held)
+        repended, _ = self._within(10, _rescue)
+        assert repended == 1
+        assert _state(free) == ("pending", 1) and _state(held) == ("running", 1)
+
+    def test_rescued_once_its_holder_ends(self, env: Env, own_database: str) -> None:
+        """The held row is left to a later sweep, which finds it free."""
+        import sqlalchemy as sa
+
+        rid = _new(timedelta(hours=1))
+        _claim(rid)
+        _lose_lease(rid)
+        engine = sa.create_engine(own_database)
+        with engine.connect() as connection, connection.begin():
+            connection.execute(
+                sa.text("SELECT id FROM retrieval WHERE id = :id FOR UPDATE"), {"id": rid}
+            )
+            assert self._within(10, _rescue) == (0, [])
+        engine.dispose()
+        assert _rescue()[0] == 1 and _state(rid) == ("pending", 1)
+
+    def test_expiry_past_a_held_row(self, hold: Callable[[uuid.UUID], None]) -> None:
+        held, free = _new(timedelta(seconds=30)), _new(timedelta(seconds=30))
+        hold(held)
+        later = clock.now() + timedelta(minutes=1)
+        expired = self._within(
+            10, lambda: db.with_transient_retry(lambda s: transitions.expire_due(s, later))
+        )
+        assert expired == [free]
+        assert _state(free) == ("expired", 0) and _state(held) == ("pending", 0)

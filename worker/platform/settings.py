@@ -88,6 +88,12 @@ class Settings(BaseSettings):
     #: Sent as a connection option, which pgbouncer refuses: behind one set 0 here and the
     #: bound on the database (docs/configuration.md).
     db_idle_transaction_timeout_seconds: float = Field(default=30.0, ge=0)
+    #: PostgreSQL drops a session of ours whose host stopped answering within about this long
+    #: (TCP keepalives and a user timeout on the server's side of the connection; 0: the
+    #: server's own settings, two hours of silence by default). The idle bound above does not
+    #: cover a session cut off in the middle of a statement (a settle sending its text): such
+    #: a session holds its rows while the server waits for the rest. A connection option too.
+    db_peer_timeout_seconds: float = Field(default=30.0, ge=0)
     #: Prefork only: worker processes (default 2 x cores).
     worker_concurrency: int | None = None
     #: How `evidence worker` runs retrievals: `threads` (many in flight per process, extraction

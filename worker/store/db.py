@@ -35,6 +35,8 @@ TRANSIENT_ATTEMPTS = 4
 _pre_ping = True
 #: A pooled connection idle at least this long is pinged at checkout (`_ping_if_idle`).
 IDLE_PING_SECONDS = 1.0
+#: Unanswered keepalive probes after which the server drops a silent host's session.
+KEEPALIVE_PROBES = 6
 #: How long a checkout waits for a pooled PostgreSQL connection (see `queue_for_connections`).
 _pool_timeout = 5.0
 #: What a threads-pool worker's retrievals wait for a connection: they hold one only for a
@@ -102,9 +104,11 @@ def make_engine(url: str) -> Engine:
     connect_args: dict[str, Any] = {"connect_timeout": 5}
     if not settings.db_prepared_statements:
         connect_args["prepare_threshold"] = None  # psycopg never prepares: pgbouncer-safe
-    if settings.db_idle_transaction_timeout_seconds:
-        idle_ms = round(settings.db_idle_transaction_timeout_seconds * 1000)
-        connect_args["options"] = f"-c idle_in_transaction_session_timeout={idle_ms}"
+    options = session_options(
+        settings.db_idle_transaction_timeout_seconds, settings.db_peer_timeout_seconds
+    )
+    if options:
+        connect_args["options"] = " ".join(f"-c {name}={value}" for name, value in options.items())
     engine = sa.create_engine(
         url,
         pool_size=pool_size,
@@ -115,6 +119,24 @@ def make_engine(url: str) -> Engine:
     if _pre_ping:
         _ping_if_idle(engine)
     return engine
+
+
+def session_options(idle_in_transaction: float, peer_timeout: float) -> dict[str, int]:
+    """The server settings each session of ours asks for (0 seconds: the server's own).
+
+    `peer_timeout` bounds how long the server keeps a session whose host went silent: with
+    nothing to send (waiting for the rest of a statement), keepalive probes start after a
+    third of it and give up after six more ninths; with data unacknowledged, the user timeout.
+    """
+    options: dict[str, int] = {}
+    if idle_in_transaction:
+        options["idle_in_transaction_session_timeout"] = round(idle_in_transaction * 1000)
+    if peer_timeout:
+        options["tcp_keepalives_idle"] = max(1, round(peer_timeout / 3))
+        options["tcp_keepalives_interval"] = max(1, round(peer_timeout / 9))
+        options["tcp_keepalives_count"] = KEEPALIVE_PROBES
+        options["tcp_user_timeout"] = round(peer_timeout * 1000)
+    return options
 
 
 def _ping_if_idle(engine: Engine) -> None:

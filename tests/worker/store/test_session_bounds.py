@@ -1,6 +1,8 @@
 """EVIDENCE_DB_IDLE_TRANSACTION_TIMEOUT_SECONDS: PostgreSQL ends a session of ours that sits idle
 inside a transaction past the bound, so a host cut off mid-transaction cannot hold its locks
-(and the sweep and every other host behind them) for as long as TCP takes to notice."""
+(and the sweep and every other host behind them) for as long as TCP takes to notice.
+EVIDENCE_DB_PEER_TIMEOUT_SECONDS: the server gives up on a silent host's connection, which
+also ends a session cut off in the middle of a statement (the idle bound does not apply)."""
 
 from __future__ import annotations
 
@@ -32,13 +34,55 @@ def bound(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     get_settings.cache_clear()
 
 
-def shown(url: str) -> str:
+def shown(url: str, setting: str = "idle_in_transaction_session_timeout") -> str:
     engine = db.make_engine(url)
     try:
         with engine.connect() as conn:
-            return str(conn.execute(sa.text("SHOW idle_in_transaction_session_timeout")).scalar())
+            return str(conn.execute(sa.text(f"SHOW {setting}")).scalar())
     finally:
         engine.dispose()
+
+
+PEER_SETTINGS = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count",
+                 "tcp_user_timeout")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        (None, ("10", "3", "6", "30000")),
+        ("4.5", ("2", "1", "6", "4500")),
+        ("0", None),  # the server's own: whatever it says without our options
+    ],
+)
+def test_every_session_asks_the_server_to_drop_a_silent_peer(
+    database_url: str, bound: pytest.MonkeyPatch, setting: str | None, expected: tuple | None
+) -> None:
+    """Keepalives after a third of the bound, six probes a ninth apart, and data left
+    unacknowledged for the whole bound: the session of a host that went silent ends then."""
+    if expected is None:
+        plain = sa.create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+        with plain.connect() as conn:
+            expected = tuple(
+                str(conn.execute(sa.text(f"SHOW {s}")).scalar()) for s in PEER_SETTINGS
+            )
+        plain.dispose()
+    if setting is not None:
+        bound.setenv("EVIDENCE_DB_PEER_TIMEOUT_SECONDS", setting)
+    get_settings.cache_clear()
+    assert tuple(shown(database_url, s) for s in PEER_SETTINGS) == expected
+
+
+def test_the_peer_bound_is_split_so_that_it_adds_up() -> None:
+    for seconds in (9.0, 30.0, 90.0):
+        options = db.session_options(0, seconds)
+        given_up = options["tcp_keepalives_idle"] + (
+            options["tcp_keepalives_interval"] * options["tcp_keepalives_count"]
+        )
+        assert given_up == pytest.approx(seconds, abs=2)
+        assert options["tcp_user_timeout"] == seconds * 1000
+        assert "idle_in_transaction_session_timeout" not in options
+    assert db.session_options(0, 0) == {}
 
 
 @pytest.mark.parametrize(("setting", "expected"), [(None, "30s"), ("1.5", "1500ms"), ("0", "0")])
