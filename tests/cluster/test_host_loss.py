@@ -76,10 +76,12 @@ def lose_a_host_mid_batch(
         rows = check_exactly_once(history, receiver, bounds, bounds.settled_within(DRAIN))
         done = time.monotonic()
         rerun = {str(row.id) for row in rows if row.attempt > 1}
-        # Not vacuous: the lost host held claims, and they were run again by the others.
-        held = claimed_unsettled(processes[LOST], offset)
-        assert held, "the lost host held no claim"
-        assert held <= rerun, held - rerun
+        # Not vacuous: the lost host held claims, and they were run again by the others. A
+        # claim it settled as it was lost (committed, the line saying so not yet logged)
+        # settled on its own attempt and is not run again: the checks above found it settled.
+        logged = claimed_unsettled(processes[LOST], offset)
+        held = logged & rerun
+        assert held, f"none of the lost host's {len(logged)} claims was run again"
         figures = (
             f"{SIZE} items, {settled_before} settled ({rate:.0f}/s) when {LOST} was lost, "
             f"{len(held)} of its "

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -19,11 +20,23 @@ import sqlalchemy as sa
 
 from tests.support.factories import LEAK_PATTERNS, SETTLED, Api
 from tests.support.slowdown import scaled
+from worker.domain import clock
 from worker.store import db
 from worker.store.models import EvidenceRevision, Retrieval
 
 #: Status codes the contract allows on the retrieval routes.
 ALLOWED_CODES = {200, 202, 400, 401, 403, 404, 409, 422, 503}
+
+
+def describe_open(row: Retrieval) -> tuple[str, ...]:
+    """An open row, for a stuck report: id, state, attempt, and how far its lease and its last
+    publication are from now (a lease that ran out long ago says the sweep is not rescuing)."""
+
+    def ago(at: datetime | None) -> str:
+        return "-" if at is None else f"{(clock.now() - at).total_seconds():+.1f}s ago"
+
+    return (str(row.id), row.state, str(row.attempt), f"lease_until {ago(row.lease_until)}",
+            f"published {ago(row.published_at)}")  # fmt: skip
 
 
 @dataclass
@@ -106,7 +119,7 @@ class History:
             if time.monotonic() > deadline:
                 raise AssertionError(
                     f"I1 stuck: {len(open_rows)} open after {timeout:g} s: "
-                    f"{[(str(r.id), r.state, r.attempt) for r in open_rows[:5]]}"
+                    f"{[describe_open(r) for r in open_rows[:5]]}"
                 )
             time.sleep(0.25)
 
