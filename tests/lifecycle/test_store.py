@@ -224,6 +224,31 @@ class TestLaneAtInsert:
         assert self._create(workspace)[0].lane == "interactive"
 
 
+class Holder:
+    """Another connection's transaction, locking retrieval rows until it is released (what a
+    host cut off in the middle of its settle leaves behind)."""
+
+    def __init__(self, url: str) -> None:
+        import sqlalchemy as sa
+
+        self._engine = sa.create_engine(url)
+        self._connection = self._engine.connect()
+        self._transaction = self._connection.begin()
+
+    def lock(self, retrieval_id: uuid.UUID) -> None:
+        import sqlalchemy as sa
+
+        self._connection.execute(
+            sa.text("SELECT id FROM retrieval WHERE id = :id FOR UPDATE"), {"id": retrieval_id}
+        )
+
+    def release(self) -> None:
+        if self._transaction.is_active:
+            self._transaction.rollback()
+        self._connection.close()
+        self._engine.dispose()
+
+
 @pytest.mark.usefixtures("own_database")  # the session's sweep and worker must not touch its rows
 class TestSweepPastHeldRows:
     """A row another transaction holds does not hold the sweep's statements: a host cut off
@@ -231,27 +256,15 @@ class TestSweepPastHeldRows:
     session, and every other lost claim must still be rescued (and expiry still done) now."""
 
     @pytest.fixture
-    def hold(self, env: Env, own_database: str) -> Iterator[Callable[[uuid.UUID], None]]:
-        """Lock a row in a transaction of another connection, left open until the test ends."""
+    def hold(self, env: Env, own_database: str) -> Iterator[Holder]:
+        """Row locks taken by a transaction of another connection, held until `release`."""
         if env.db_kind != "postgres":
             pytest.skip("row locks are PostgreSQL's: SQLite runs one writer at a time")
-        import sqlalchemy as sa
-
-        engine = sa.create_engine(own_database)
-        connection = engine.connect()
-        transaction = connection.begin()
-
-        def lock(retrieval_id: uuid.UUID) -> None:
-            connection.execute(
-                sa.text("SELECT id FROM retrieval WHERE id = :id FOR UPDATE"), {"id": retrieval_id}
-            )
-
+        holder = Holder(own_database)
         try:
-            yield lock
+            yield holder
         finally:
-            transaction.rollback()
-            connection.close()
-            engine.dispose()
+            holder.release()
 
     @staticmethod
     def _within(seconds: float, fn: Callable[[], T]) -> T:
@@ -263,35 +276,29 @@ class TestSweepPastHeldRows:
         assert answers, f"still waiting after {seconds} s: the statement waits on the held row"
         return answers[0]
 
-    def test_lost_claims_rescued_past_a_held_one(self, hold: Callable[[uuid.UUID], None]) -> None:
+    def test_lost_claims_rescued_past_a_held_one(self, hold: Holder) -> None:
         held, free = _new(timedelta(hours=1)), _new(timedelta(hours=1))
         for rid in (held, free):
             _claim(rid)
             _lose_lease(rid)
-        hold(held)
+        hold.lock(held)
         repended, _ = self._within(10, _rescue)
         assert repended == 1
         assert _state(free) == ("pending", 1) and _state(held) == ("running", 1)
 
-    def test_rescued_once_its_holder_ends(self, env: Env, own_database: str) -> None:
+    def test_rescued_once_its_holder_ends(self, hold: Holder) -> None:
         """The held row is left to a later sweep, which finds it free."""
-        import sqlalchemy as sa
-
         rid = _new(timedelta(hours=1))
         _claim(rid)
         _lose_lease(rid)
-        engine = sa.create_engine(own_database)
-        with engine.connect() as connection, connection.begin():
-            connection.execute(
-                sa.text("SELECT id FROM retrieval WHERE id = :id FOR UPDATE"), {"id": rid}
-            )
-            assert self._within(10, _rescue) == (0, [])
-        engine.dispose()
+        hold.lock(rid)
+        assert self._within(10, _rescue) == (0, [])
+        hold.release()
         assert _rescue()[0] == 1 and _state(rid) == ("pending", 1)
 
-    def test_expiry_past_a_held_row(self, hold: Callable[[uuid.UUID], None]) -> None:
+    def test_expiry_past_a_held_row(self, hold: Holder) -> None:
         held, free = _new(timedelta(seconds=30)), _new(timedelta(seconds=30))
-        hold(held)
+        hold.lock(held)
         later = clock.now() + timedelta(minutes=1)
         expired = self._within(
             10, lambda: db.with_transient_retry(lambda s: transitions.expire_due(s, later))
