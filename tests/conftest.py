@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.row_locks import Holder
 from tests.support.services import (
     Process,
     RedisServer,
@@ -353,3 +354,16 @@ def own_database(env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
             monkeypatch.undo()
             get_settings.cache_clear()
             db.dispose_engine()
+
+
+@pytest.fixture
+def row_holder(env: Env, own_database: str) -> Iterator[Holder]:
+    """Row locks of another connection's open transaction in the test's own database, held
+    until `release` or the test's end (PostgreSQL only: SQLite runs one writer at a time)."""
+    if env.db_kind != "postgres":
+        pytest.skip("row locks are PostgreSQL's: SQLite runs one writer at a time")
+    holder = Holder(own_database)
+    try:
+        yield holder
+    finally:
+        holder.release()

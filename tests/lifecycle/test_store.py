@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import TypeVar
 
 import pytest
 
-from tests.conftest import Env
-from tests.support.slowdown import scaled
+from tests.support.row_locks import Holder, within
 from worker.content.results import Content, content_result
 from worker.domain import clock
 from worker.retrieval import claims, transitions
@@ -19,8 +15,6 @@ from worker.retrieval import records as retrievals
 from worker.store import db, retrieval_view
 
 pytestmark = pytest.mark.lifecycle
-
-T = TypeVar("T")
 
 
 def _new(ttl: timedelta, workspace_id: uuid.UUID | None = None) -> uuid.UUID:
@@ -224,83 +218,36 @@ class TestLaneAtInsert:
         assert self._create(workspace)[0].lane == "interactive"
 
 
-class Holder:
-    """Another connection's transaction, locking retrieval rows until it is released (what a
-    host cut off in the middle of its settle leaves behind)."""
-
-    def __init__(self, url: str) -> None:
-        import sqlalchemy as sa
-
-        self._engine = sa.create_engine(url)
-        self._connection = self._engine.connect()
-        self._transaction = self._connection.begin()
-
-    def lock(self, retrieval_id: uuid.UUID) -> None:
-        import sqlalchemy as sa
-
-        self._connection.execute(
-            sa.text("SELECT id FROM retrieval WHERE id = :id FOR UPDATE"), {"id": retrieval_id}
-        )
-
-    def release(self) -> None:
-        if self._transaction.is_active:
-            self._transaction.rollback()
-        self._connection.close()
-        self._engine.dispose()
-
-
-@pytest.mark.usefixtures("own_database")  # the session's sweep and worker must not touch its rows
 class TestSweepPastHeldRows:
     """A row another transaction holds does not hold the sweep's statements: a host cut off
     while it sends its settle keeps its group's rows locked until the database drops its
     session, and every other lost claim must still be rescued (and expiry still done) now."""
 
-    @pytest.fixture
-    def hold(self, env: Env, own_database: str) -> Iterator[Holder]:
-        """Row locks taken by a transaction of another connection, held until `release`."""
-        if env.db_kind != "postgres":
-            pytest.skip("row locks are PostgreSQL's: SQLite runs one writer at a time")
-        holder = Holder(own_database)
-        try:
-            yield holder
-        finally:
-            holder.release()
-
-    @staticmethod
-    def _within(seconds: float, fn: Callable[[], T]) -> T:
-        """`fn`'s answer, which must come within `seconds` (it would wait on the lock)."""
-        answers: list[T] = []
-        thread = threading.Thread(target=lambda: answers.append(fn()), daemon=True)
-        thread.start()
-        thread.join(scaled(seconds))
-        assert answers, f"still waiting after {seconds} s: the statement waits on the held row"
-        return answers[0]
-
-    def test_lost_claims_rescued_past_a_held_one(self, hold: Holder) -> None:
+    def test_lost_claims_rescued_past_a_held_one(self, row_holder: Holder) -> None:
         held, free = _new(timedelta(hours=1)), _new(timedelta(hours=1))
         for rid in (held, free):
             _claim(rid)
             _lose_lease(rid)
-        hold.lock(held)
-        repended, _ = self._within(10, _rescue)
+        row_holder.lock("retrieval", held)
+        repended, _ = within(10, _rescue)
         assert repended == 1
         assert _state(free) == ("pending", 1) and _state(held) == ("running", 1)
 
-    def test_rescued_once_its_holder_ends(self, hold: Holder) -> None:
+    def test_rescued_once_its_holder_ends(self, row_holder: Holder) -> None:
         """The held row is left to a later sweep, which finds it free."""
         rid = _new(timedelta(hours=1))
         _claim(rid)
         _lose_lease(rid)
-        hold.lock(rid)
-        assert self._within(10, _rescue) == (0, [])
-        hold.release()
+        row_holder.lock("retrieval", rid)
+        assert within(10, _rescue) == (0, [])
+        row_holder.release()
         assert _rescue()[0] == 1 and _state(rid) == ("pending", 1)
 
-    def test_expiry_past_a_held_row(self, hold: Holder) -> None:
+    def test_expiry_past_a_held_row(self, row_holder: Holder) -> None:
         held, free = _new(timedelta(seconds=30)), _new(timedelta(seconds=30))
-        hold.lock(held)
+        row_holder.lock("retrieval", held)
         later = clock.now() + timedelta(minutes=1)
-        expired = self._within(
+        expired = within(
             10, lambda: db.with_transient_retry(lambda s: transitions.expire_due(s, later))
         )
         assert expired == [free]

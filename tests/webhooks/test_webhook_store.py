@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
+from tests.support.row_locks import Holder, within
 from worker.domain import clock
 from worker.store import db
 from worker.webhooks import dispatch, endpoints, policy, signing
@@ -292,3 +293,40 @@ class TestSigning:
             assert Webhook(secret).verify(body, headers) == {"type": "retrieval.settled"}
         with pytest.raises(Exception, match="signature"):
             Webhook(signing.new_secret()).verify(body, headers)
+
+
+class TestSweepPastHeldRows:
+    """A delivery row another transaction holds (a host cut off while recording an attempt's
+    outcome) holds neither the sweep's expiry nor a pick: the others are changed now, the held
+    one by a later pass (the sweeper is one process: a wait here stops every sweep)."""
+
+    def test_expiry_past_a_held_delivery(self, row_holder: Holder) -> None:
+        created = clock.now() - 2 * DAY
+        endpoint_id = _endpoint(created)
+        held, free = (_delivery(endpoint_id, created, window=timedelta(seconds=30)) for _ in "ab")
+        row_holder.lock("webhook_delivery", held)
+        failed = within(
+            10, lambda: db.with_transient_retry(lambda s: store.fail_expired(s, clock.now()))
+        )
+        assert failed == 1
+        assert (_row(free).state, _row(held).state) == ("failed", "pending")
+        row_holder.release()
+        assert db.with_transient_retry(lambda s: store.fail_expired(s, clock.now())) == 1
+        assert _row(held).state == "failed"
+
+    def test_a_pick_past_a_held_delivery(self, row_holder: Holder) -> None:
+        now = clock.now()
+        endpoint_id = _endpoint(now)
+        held, free = _delivery(endpoint_id, now), _delivery(endpoint_id, now)
+        db.with_transient_retry(lambda s: store.mark_unpublished(s, [held, free]))
+        row_holder.lock("webhook_delivery", held)
+        limits = dispatch.Limits(endpoint=2, in_flight=10_000)
+
+        def pick() -> list[uuid.UUID]:
+            return db.with_transient_retry(
+                lambda s: dispatch.pick(s, now, timedelta(minutes=1), limits, 10, [endpoint_id])
+            )
+
+        assert within(10, pick) == [free]
+        row_holder.release()
+        assert pick() == [held]

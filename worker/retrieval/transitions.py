@@ -25,6 +25,7 @@ from worker.store.models import (
     Retrieval,
 )
 from worker.store.retrieval_view import RETRIEVAL
+from worker.store.row_locks import unheld
 from worker.store.typed import rowcount
 from worker.webhooks import records as webhooks
 
@@ -158,30 +159,17 @@ def cancel(session: Session, row: Retrieval, now: datetime) -> Retrieval | None:
     return Retrieval(**cancelled._mapping)
 
 
-def unlocked(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[bool]:
-    """`condition`, for the rows matching it that no other transaction holds now.
-
-    The sweep's statements take only those (PostgreSQL `FOR UPDATE SKIP LOCKED`; SQLite runs
-    one writer at a time): a row locked by a transaction that cannot end (a host cut off in
-    the middle of sending its settle holds its group's rows until the database drops the
-    session) would otherwise hold the whole statement, and with it every other lost claim's
-    rescue and every later sweep. A row skipped is swept once its holder ends.
-    """
-    held_by_nobody = sa.select(RETRIEVAL.c.id).where(condition).with_for_update(skip_locked=True)
-    return condition & RETRIEVAL.c.id.in_(held_by_nobody)
-
-
 def expire_due(
     session: Session, now: datetime, retrieval_id: uuid.UUID | None = None
 ) -> list[uuid.UUID]:
-    """Expire open retrievals whose `valid_until` has passed (and nobody holds: `unlocked`);
-    return their ids."""
+    """Expire open retrievals whose `valid_until` has passed and no transaction holds
+    (`row_locks.unheld`); return their ids."""
     due = RETRIEVAL.c.state.in_([s.value for s in sources_of(S.EXPIRED)]) & (
         RETRIEVAL.c.valid_until <= now
     )
     if retrieval_id is not None:
         due = due & (RETRIEVAL.c.id == retrieval_id)
-    stmt = sa.update(Retrieval).where(unlocked(due))
+    stmt = sa.update(Retrieval).where(unheld(RETRIEVAL.c.id, due))
     values = stmt.values(state=S.EXPIRED.value, settled_at=now, lease_until=None)
     expired = list(session.execute(values.returning(RETRIEVAL.c.id)).scalars())
     webhooks.record_settled(session, expired, now)
@@ -191,8 +179,8 @@ def expire_due(
 def rescue_lost(
     session: Session, now: datetime, max_attempts: int, retrieval_id: uuid.UUID | None = None
 ) -> tuple[int, list[uuid.UUID]]:
-    """Leases that ran out (of every row, or of `retrieval_id` only, and nobody holds:
-    `unlocked`): back to pending while attempts remain, else unconfirmed.
+    """Leases that ran out (of every row, or of `retrieval_id` only, and no transaction
+    holds: `row_locks.unheld`): back to pending while attempts remain, else unconfirmed.
 
     Returns (how many were re-pended, the ids that became unconfirmed). Re-pended rows get
     `published_at = NULL` so the same sweep publishes them again, in their own lane.
@@ -202,12 +190,12 @@ def rescue_lost(
         lost = lost & (RETRIEVAL.c.id == retrieval_id)
     retried = session.execute(
         sa.update(Retrieval)
-        .where(unlocked(lost & (RETRIEVAL.c.attempt < max_attempts)))
+        .where(unheld(RETRIEVAL.c.id, lost & (RETRIEVAL.c.attempt < max_attempts)))
         .values(state=S.PENDING.value, lease_until=None, published_at=None)
     )
     gave_up = session.execute(
         sa.update(Retrieval)
-        .where(unlocked(lost & (RETRIEVAL.c.attempt >= max_attempts)))
+        .where(unheld(RETRIEVAL.c.id, lost & (RETRIEVAL.c.attempt >= max_attempts)))
         .values(state=S.UNCONFIRMED.value, settled_at=now, lease_until=None)
         .returning(RETRIEVAL.c.id)
     ).scalars()

@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from worker.store import db
 from worker.store.models import WebhookDelivery, WebhookEndpoint
+from worker.store.row_locks import unheld
 
 ENDPOINT: sa.Table = WebhookEndpoint.__table__  # type: ignore[attr-defined]
 DELIVERY: sa.Table = WebhookDelivery.__table__  # type: ignore[attr-defined]
@@ -174,17 +175,17 @@ def pick(
     chosen = choose(rows, held, limits, limit, queued)
     if not chosen:
         return []
+    still_due = (
+        DELIVERY.c.id.in_(chosen)
+        & (DELIVERY.c.state == PENDING)
+        & sa.or_(DELIVERY.c.published_at.is_(None), DELIVERY.c.published_at < now - republish_after)
+        & sa.or_(DELIVERY.c.lease_until.is_(None), DELIVERY.c.lease_until < now)
+    )
+    # A chosen row another transaction holds (its attempt recording an outcome) is left to the
+    # next pick rather than waited on: the sweeper runs this too (`row_locks.unheld`).
     won = session.execute(
         sa.update(DELIVERY)
-        .where(
-            DELIVERY.c.id.in_(chosen),
-            DELIVERY.c.state == PENDING,
-            sa.or_(
-                DELIVERY.c.published_at.is_(None),
-                DELIVERY.c.published_at < now - republish_after,
-            ),
-            sa.or_(DELIVERY.c.lease_until.is_(None), DELIVERY.c.lease_until < now),
-        )
+        .where(unheld(DELIVERY.c.id, still_due))
         .values(published_at=now)
         .returning(DELIVERY.c.id)
     )

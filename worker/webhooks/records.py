@@ -27,6 +27,7 @@ from worker.domain.safe_text import storable
 from worker.platform.settings import get_settings
 from worker.store import db
 from worker.store.models import Retrieval, WebhookDelivery, WebhookEndpoint
+from worker.store.row_locks import unheld
 from worker.store.typed import rowcount
 from worker.webhooks import endpoints
 
@@ -319,15 +320,17 @@ def _fenced(attempt: Attempt) -> Any:
 
 # The sweep.
 def fail_expired(session: Session, now: datetime) -> int:
-    """Pending deliveries past their window that no attempt holds (a disabled endpoint's)."""
+    """Pending deliveries past their window that no attempt holds (a disabled endpoint's),
+    and no transaction holds (`row_locks.unheld`: the sweeper never waits on one row)."""
+    expired = (
+        (DELIVERY.c.state == PENDING)
+        & (DELIVERY.c.retry_until < now)
+        & sa.or_(DELIVERY.c.lease_until.is_(None), DELIVERY.c.lease_until < now)
+    )
     return rowcount(
         session.execute(
             sa.update(DELIVERY)
-            .where(
-                DELIVERY.c.state == PENDING,
-                DELIVERY.c.retry_until < now,
-                sa.or_(DELIVERY.c.lease_until.is_(None), DELIVERY.c.lease_until < now),
-            )
+            .where(unheld(DELIVERY.c.id, expired))
             .values(
                 state=FAILED,
                 lease_until=None,

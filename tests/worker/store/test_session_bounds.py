@@ -34,11 +34,12 @@ def bound(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     get_settings.cache_clear()
 
 
-def shown(url: str, setting: str = "idle_in_transaction_session_timeout") -> str:
+def shown(url: str, *settings: str) -> tuple[str, ...]:
+    """What one session of ours shows for each of `settings`."""
     engine = db.make_engine(url)
     try:
         with engine.connect() as conn:
-            return str(conn.execute(sa.text(f"SHOW {setting}")).scalar())
+            return tuple(str(conn.execute(sa.text(f"SHOW {s}")).scalar()) for s in settings)
     finally:
         engine.dispose()
 
@@ -70,7 +71,7 @@ def test_every_session_asks_the_server_to_drop_a_silent_peer(
     if setting is not None:
         bound.setenv("EVIDENCE_DB_PEER_TIMEOUT_SECONDS", setting)
     get_settings.cache_clear()
-    assert tuple(shown(database_url, s) for s in PEER_SETTINGS) == expected
+    assert shown(database_url, *PEER_SETTINGS) == expected
 
 
 def test_the_peer_bound_is_split_so_that_it_adds_up() -> None:
@@ -93,7 +94,7 @@ def test_every_session_carries_the_bound(
     if setting is not None:
         bound.setenv("EVIDENCE_DB_IDLE_TRANSACTION_TIMEOUT_SECONDS", setting)
     get_settings.cache_clear()
-    assert shown(database_url) == expected
+    assert shown(database_url, "idle_in_transaction_session_timeout") == (expected,)
 
 
 def test_a_session_idle_in_a_transaction_loses_its_locks(
