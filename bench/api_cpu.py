@@ -4,7 +4,8 @@ What each route costs the API process itself (all its threads, from /proc), apar
 queueing that a loaded machine adds (`bench.load` measures that). Starts its own PostgreSQL
 database and Redis, one `evidence api` process, and `--clients` threads, each on its own
 connection, sending requests back to back: `POST /retrieve` (new retrievals; nothing runs
-them), `GET /retrievals/{id}` of those, and `/healthz` (the framework alone, for scale).
+them), `GET /retrievals/{id}` of those (each once, by a second key of the workspace, so that
+none is an early poll), and `/healthz` (the framework alone, for scale).
 
 With `--against REV` it runs the same measurement on a git worktree of REV first, then on this
 tree, alternately (`--rounds`), and prints both side by side with their ratio: the machine's
@@ -67,10 +68,13 @@ def measure(tree: Path, requests: int, clients: int) -> dict[str, float]:
         run_env = {**os.environ, **env}
         subprocess.run([*cli, "migrate"], cwd=tree, env=run_env, check=True, capture_output=True)
         workspace = str(uuid.uuid4())
-        key = subprocess.run(
-            [*cli, "keys", "create", "--workspace", workspace],
-            cwd=tree, env=run_env, check=True, capture_output=True, text=True,
-        ).stdout.strip().splitlines()[-1]  # fmt: skip
+        key, reader = (
+            subprocess.run(
+                [*cli, "keys", "create", "--workspace", workspace],
+                cwd=tree, env=run_env, check=True, capture_output=True, text=True,
+            ).stdout.strip().splitlines()[-1]
+            for _ in range(2)
+        )  # fmt: skip
         port = free_port()
         api = Process(["api", "--port", str(port), "--workers", "1"], tmp / "api.log", env, tree)
         api.start()
@@ -88,11 +92,15 @@ def measure(tree: Path, requests: int, clients: int) -> dict[str, float]:
             }
             answer = client.post(RETRIEVE, json=body)
             assert answer.status_code == 202, answer.text
-            if n % 10 == 0:
-                ids.append(answer.json()["retrieval"]["id"])
+            ids.append(answer.json()["retrieval"]["id"])
 
         def get(client: httpx.Client, n: int) -> None:
-            answer = client.get(RETRIEVAL.format(id=ids[n % len(ids)]))
+            # Each open retrieval once, by a key that was never told when to poll it: a poll
+            # before its advice would wait for it (api.services.poll_advice), and a poller that
+            # waits costs nothing here.
+            answer = client.get(
+                RETRIEVAL.format(id=ids[n]), headers={"Authorization": f"Bearer {reader}"}
+            )
             assert answer.status_code == 200, answer.text
 
         def health(client: httpx.Client, _: int) -> None:
