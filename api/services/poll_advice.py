@@ -117,21 +117,13 @@ def given(key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> No
 
 
 def share(key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> None:
-    """Note the advice `given` for the other API processes too (once the answer is sent, from
-    a thread). A settled answer leaves the shared note to expire: a poll of a retrieval that
-    settled is not held anyway (its settle was announced), and a delete per settled read would
-    cost every read of a settled retrieval a round trip."""
+    """Note the advice `given` for the other API processes too (from a worker thread: a POST's
+    once its answer is sent, a poll's before). A settled answer leaves the shared note to
+    expire: a poll of a retrieval that settled is not held anyway (its settle was announced),
+    and a delete per settled read would cost every read of a settled retrieval a round trip."""
     if seconds is not None:
         with contextlib.suppress(RedisError):
             redis_clients.shared().set(_shared_name(key_id, retrieval_id), 1, px=seconds * 1000)
-
-
-async def share_async(key_id: uuid.UUID, retrieval_id: uuid.UUID, seconds: int | None) -> None:
-    """`share` from the event loop."""
-    if seconds is not None:
-        client = redis_clients.shared_async()
-        with contextlib.suppress(RedisError, OSError, TimeoutError):
-            await client.set(_shared_name(key_id, retrieval_id), 1, px=seconds * 1000)
 
 
 async def _elsewhere(key_id: uuid.UUID, retrieval_id: uuid.UUID) -> float:

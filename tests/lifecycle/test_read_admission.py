@@ -282,6 +282,22 @@ class TestEarlyPolls:
         assert api.get(retrieval_id).status_code == 200
         assert held_count() == before + 1
 
+    def test_a_polls_advice_counts_in_every_process(
+        self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The advice a poll's answer gives is shared through Redis like the POST's (by the
+        read's thread, before the answer leaves): the next early poll waits in whichever API
+        process it lands."""
+        monkeypatch.setattr(retrieval_service, "MIN_RETRY_AFTER_SECONDS", 2)
+        monkeypatch.setattr(poll_advice, "EARLY_POLLS_PER_SECOND", 0)
+        [retrieval_id] = parked(workspace)  # recorded without a POST: no advice given yet
+        before = held_count()
+        assert api.get(retrieval_id).headers["Retry-After"] == "2"  # not early: read at once
+        assert held_count() == before
+        poll_advice.advice.clear()  # as if that poll was answered by another API process
+        assert api.get(retrieval_id).status_code == 200
+        assert held_count() == before + 1
+
     def test_a_retrieval_that_settled_is_answered_at_once(
         self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -130,7 +130,12 @@ async def get_retrieval(
 
     def plain_read() -> tuple[RetrievalPayload, int | None]:
         with read_only_session() as session:
-            return retrievals.read_retrieval_advised(session, principal, retrieval_id)
+            answer = retrievals.read_retrieval_advised(session, principal, retrieval_id)
+        # Shared for the other API processes from this thread, before the answer leaves: from
+        # the event loop after it (a background task, the asyncio client) it cost a fifth of a
+        # GET's CPU (docs/measurements.md).
+        poll_advice.share(principal.key_id, retrieval_id, answer[1])
+        return answer
 
     # Admitted per workspace (api.services.read_admission): an early poll is refused from memory,
     # a refusal is held before it is answered, and a long-poll takes its token once.
@@ -156,11 +161,7 @@ async def get_retrieval(
                 read, [str(retrieval_id)], lambda got: _settled(got[0]["retrieval"]), wait, run
             )
     poll_advice.given(principal.key_id, retrieval_id, retry_after)
-    answer = _applied(_answer(payload, 200, retry_after), wait)
-    answer.background = BackgroundTask(
-        poll_advice.share_async, principal.key_id, retrieval_id, retry_after
-    )
-    return answer
+    return _applied(_answer(payload, 200, retry_after), wait)
 
 
 @router.post(
