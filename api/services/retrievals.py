@@ -277,58 +277,26 @@ class _Backlog:
         self._created_since: dict[str, int] = {}
         self._counted_at = -math.inf
         self._lock = threading.Lock()
-        #: Bumped by `clear`: a count begun before it is not kept.
-        self._generation = 0
 
     def pending(self, lane: str | None = None) -> int:
         """The last count plus what was created here since, for one lane or all of them."""
-        self._renew_if_stale()
+        stale = time.monotonic() - self._counted_at >= BACKLOG_CACHE_SECONDS
+        if stale and self._lock.acquire(blocking=False):
+            try:
+                created_before = dict(self._created_since)
+                self._pending = _count_pending()
+                for name, n in created_before.items():
+                    self._created_since[name] = self._created_since.get(name, 0) - n
+            except SQLAlchemyError:
+                pass  # keep the last count: advice must never fail the answer it rides on
+            finally:
+                self._counted_at = time.monotonic()
+                self._lock.release()
         scale = get_settings().api_workers
         lanes = [lane] if lane is not None else list({*self._pending, *self._created_since})
         return sum(
             self._pending.get(name, 0) + self._created_since.get(name, 0) * scale for name in lanes
         )
-
-    def _renew_if_stale(self) -> None:
-        """Count again once the last count is stale: in the caller the first time (there is
-        nothing to answer from yet), else in a thread of its own while every caller answers
-        from the last count. Under load a count took 4-29 ms, which the one request that
-        found it stale waited out (docs/measurements.md)."""
-        first = self._counted_at == -math.inf
-        if not first and time.monotonic() - self._counted_at < BACKLOG_CACHE_SECONDS:
-            return
-        if not self._lock.acquire(blocking=first):
-            return  # another caller's count is under way
-        generation = self._generation
-        if first:
-            if self._counted_at == -math.inf:  # not counted by the caller this one waited for
-                self._recount(generation)
-            else:
-                self._lock.release()
-            return
-        try:
-            threading.Thread(
-                target=self._recount, args=(generation,), name="backlog-count", daemon=True
-            ).start()
-        except RuntimeError:  # no new thread (the interpreter is exiting): keep the last count
-            self._lock.release()
-
-    def _recount(self, generation: int) -> None:
-        """Count, keep the count unless `clear` came meanwhile, and release the lock (which
-        the caller of this took)."""
-        try:
-            created_before = dict(self._created_since)
-            pending = _count_pending()
-            if generation == self._generation:
-                self._pending = pending
-                for name, n in created_before.items():
-                    self._created_since[name] = self._created_since.get(name, 0) - n
-        except SQLAlchemyError:
-            pass  # keep the last count: advice must never fail the answer it rides on
-        finally:
-            if generation == self._generation:
-                self._counted_at = time.monotonic()
-            self._lock.release()
 
     def created(self, lane: str = LANE_INTERACTIVE, count: int = 1) -> None:
         """Note retrievals this process just created (pending until a worker claims them)."""
@@ -336,7 +304,6 @@ class _Backlog:
         self._created_since[lane] = self._created_since.get(lane, 0) + count
 
     def clear(self) -> None:
-        self._generation += 1
         self._counted_at = -math.inf
         self._created_since = {}
 

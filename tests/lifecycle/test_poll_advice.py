@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from datetime import timedelta
 
@@ -12,8 +10,6 @@ import pytest
 from api.services import retrievals as retrieval_service
 from tests.support.factories import Api, body
 from tests.support.pages import article, slow
-from tests.support.services import wait_for
-from tests.support.slowdown import scaled
 from tests.support.tls_site import TLSSite
 
 pytestmark = [pytest.mark.lifecycle, pytest.mark.usefixtures("services")]
@@ -156,54 +152,6 @@ class TestBacklog:
         for _ in range(3):
             assert api.post(body(page, workspace)).status_code == 202
         assert retrieval_service.backlog.pending() == 10 + 3 * 4
-        retrieval_service.backlog.clear()
-
-    def test_a_stale_count_is_renewed_while_callers_answer_from_the_last(
-        self, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """Only the first count is taken in the caller; after that a stale count is renewed in
-        a thread of its own, and no request waits on it (under load a count took up to 29 ms)."""
-        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: {"interactive": 5})
-        retrieval_service.backlog.clear()
-        assert retrieval_service.backlog.pending() == 5  # the first: counted in the caller
-        release = threading.Event()
-
-        def slow_count() -> dict[str, int]:
-            release.wait(scaled(10))
-            return {"interactive": 9}
-
-        monkeypatch.setattr(retrieval_service, "_count_pending", slow_count)
-        monkeypatch.setattr(retrieval_service, "BACKLOG_CACHE_SECONDS", 0.0)  # always stale
-        started = time.monotonic()
-        assert retrieval_service.backlog.pending() == 5  # the last count, at once
-        assert retrieval_service.backlog.pending() == 5  # the count under way is not doubled
-        assert time.monotonic() - started < scaled(2)
-        release.set()
-        wait_for(lambda: retrieval_service.backlog.pending() == 9, timeout=scaled(10))
-        retrieval_service.backlog.clear()
-
-    def test_a_count_begun_before_clear_is_not_kept(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Neither its count nor its taking back of the creations it covered (tests clear the
-        backlog between them)."""
-        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: {"interactive": 5})
-        retrieval_service.backlog.clear()
-        assert retrieval_service.backlog.pending() == 5
-        release = threading.Event()
-
-        def slow_count() -> dict[str, int]:
-            release.wait(scaled(10))
-            return {"interactive": 1000}
-
-        monkeypatch.setattr(retrieval_service, "_count_pending", slow_count)
-        monkeypatch.setattr(retrieval_service, "BACKLOG_CACHE_SECONDS", 0.0)
-        retrieval_service.backlog.created("interactive", 3)  # what that count will subtract
-        assert retrieval_service.backlog.pending() > 5  # a count starts, and waits
-        retrieval_service.backlog.clear()
-        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: {"interactive": 7})
-        release.set()
-        assert retrieval_service.backlog.pending() == 7  # waits for the old count, then counts
-        monkeypatch.setattr(retrieval_service, "BACKLOG_CACHE_SECONDS", 3600.0)
-        assert retrieval_service.backlog.pending() == 7  # nothing of the old count was kept
         retrieval_service.backlog.clear()
 
 
