@@ -127,7 +127,9 @@ def submit_batch(history: History, urls: list[str]) -> list[str]:
     items: list[Any] = [body(url, workspace) for url in urls]
     malformed = [{**body(urls[0], workspace), "kind": "no_such_kind"},
                  {"kind": "url_text", "workspace_id": str(workspace)}]  # fmt: skip
+    sent = time.monotonic()
     response = history.api.batch([*items, *malformed])
+    answered = time.monotonic()
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     assert len(results) == len(items) + 2
@@ -136,7 +138,7 @@ def submit_batch(history: History, urls: list[str]) -> list[str]:
     ids = []
     for item, result in zip(items, results, strict=False):
         assert result["status"] == 202, result
-        history.ops.append(Op("post", item["mutation_id"], 202, result, time.monotonic()))
+        history.ops.append(Op("post", item["mutation_id"], 202, result, answered, started=sent))
         ids.append(result["retrieval"]["id"])
     return ids
 

@@ -49,6 +49,9 @@ class Op:
     body: dict[str, Any] | None
     at: float
     retry_after: str | None = None
+    #: When it was sent (`at` is when its answer came): ops that overlap may be answered in
+    #: either order.
+    started: float = 0.0
 
 
 @dataclass
@@ -61,15 +64,17 @@ class History:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _record(self, action: str, key: str, call: Any) -> httpx.Response | None:
+        started = time.monotonic()
         try:
             response = call()
         except (httpx.HTTPError, OSError):
             # Ambiguous: the request may or may not have been recorded.
-            self._append(Op(action, key, None, None, time.monotonic()))
+            self._append(Op(action, key, None, None, time.monotonic(), started=started))
             return None
         payload = response.json() if response.content else None
         retry_after = response.headers.get("Retry-After")
-        self._append(Op(action, key, response.status_code, payload, time.monotonic(), retry_after))
+        status = response.status_code
+        self._append(Op(action, key, status, payload, time.monotonic(), retry_after, started))
         return response
 
     def _append(self, op: Op) -> None:
@@ -172,17 +177,25 @@ class History:
                 assert row.result is None
 
     def _check_settle_once(self) -> None:
-        """A retrieval settles once: after it is first seen settled, it never changes."""
-        first_settled: dict[str, dict[str, Any]] = {}
-        for op in self.ops:
-            if op.status not in (200, 202) or not op.body or "retrieval" not in op.body:
-                continue
-            retrieval = op.body["retrieval"]
-            if retrieval["state"] not in SETTLED:
-                assert retrieval["id"] not in first_settled, f"left a settled state: {retrieval}"
-                continue
-            seen = first_settled.setdefault(retrieval["id"], retrieval)
-            assert seen == retrieval, f"changed after settling:\n{seen}\n{retrieval}"
+        """A retrieval settles once: once an answer showed it settled, no request sent after
+        that answer came shows it open, and every answer that shows it settled shows the same.
+        (Requests that overlap may be answered in either order: one that read it open can be
+        answered after one that read it settled.)"""
+        seen_settled: dict[str, tuple[dict[str, Any], float]] = {}
+        answers = [
+            (op, op.body["retrieval"])
+            for op in self.ops
+            if op.status in (200, 202) and op.body and "retrieval" in op.body
+        ]
+        for op, retrieval in answers:
+            if retrieval["state"] in SETTLED:
+                seen, at = seen_settled.setdefault(retrieval["id"], (retrieval, op.at))
+                assert seen == retrieval, f"changed after settling:\n{seen}\n{retrieval}"
+                seen_settled[retrieval["id"]] = (seen, min(at, op.at))
+        for op, retrieval in answers:
+            settled = seen_settled.get(retrieval["id"])
+            if retrieval["state"] not in SETTLED and settled is not None:
+                assert op.started <= settled[1], f"left a settled state: {retrieval}"
 
 
 def check_revisions(workspace: uuid.UUID) -> None:
