@@ -181,7 +181,8 @@ class History:
         that answer came shows it open, and every answer that shows it settled shows the same.
         (Requests that overlap may be answered in either order: one that read it open can be
         answered after one that read it settled.)"""
-        seen_settled: dict[str, tuple[dict[str, Any], float]] = {}
+        first_settled: dict[str, dict[str, Any]] = {}
+        settled_by: dict[str, float] = {}  # when the first answer showing it settled came
         answers = [
             (op, op.body["retrieval"])
             for op in self.ops
@@ -189,13 +190,13 @@ class History:
         ]
         for op, retrieval in answers:
             if retrieval["state"] in SETTLED:
-                seen, at = seen_settled.setdefault(retrieval["id"], (retrieval, op.at))
+                seen = first_settled.setdefault(retrieval["id"], retrieval)
                 assert seen == retrieval, f"changed after settling:\n{seen}\n{retrieval}"
-                seen_settled[retrieval["id"]] = (seen, min(at, op.at))
+                settled_by[retrieval["id"]] = min(settled_by.get(retrieval["id"], op.at), op.at)
         for op, retrieval in answers:
-            settled = seen_settled.get(retrieval["id"])
-            if retrieval["state"] not in SETTLED and settled is not None:
-                assert op.started <= settled[1], f"left a settled state: {retrieval}"
+            settled_at = settled_by.get(retrieval["id"])
+            if retrieval["state"] not in SETTLED and settled_at is not None:
+                assert op.started <= settled_at, f"left a settled state: {retrieval}"
 
 
 def check_revisions(workspace: uuid.UUID) -> None:
