@@ -402,13 +402,19 @@ def _pid_of_connection(response: httpx.Response, server_port: int, pids: set[int
     socket whose peer is the client's port."""
     client_port = response.extensions["network_stream"].get_extra_info("client_addr")[1]
     wanted = f"0100007F:{server_port:04X} 0100007F:{client_port:04X}"
-    inodes = [
-        line.split()[9]
-        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
-        if " ".join(line.split()[1:3]) == wanted and line.split()[3] == "01"  # established
-    ]
+    # The kernel writes /proc/net/tcp a page at a time while sockets come and go, so one read may
+    # list a row twice or miss it: rows are a set, and a read that missed it is taken again.
+    for _ in range(20):
+        inodes = {
+            line.split()[9]
+            for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+            if " ".join(line.split()[1:3]) == wanted and line.split()[3] == "01"  # established
+        }
+        if inodes:
+            break
+        time.sleep(0.05)
     assert len(inodes) == 1, (wanted, inodes)
-    target = f"socket:[{inodes[0]}]"
+    target = f"socket:[{inodes.pop()}]"
     for pid in pids:
         for fd in Path(f"/proc/{pid}/fd").iterdir():
             try:
