@@ -15,7 +15,17 @@ from typing import Any
 import pytest
 
 from bench.load import GET, POST, _client
-from bench.overload import _routes, _server, _without, commands, server_quantiles
+from bench.overload import (
+    _a_loaded,
+    _median,
+    _pair,
+    _routes,
+    _server,
+    _without,
+    commands,
+    server_quantiles,
+    targets,
+)
 
 SETTLES_AFTER = 3  # GETs of a retrieval before it is `completed` (ids "never-…" never are)
 
@@ -214,6 +224,78 @@ def test_the_make_run_set_is_the_procfile_less_its_addresses(tmp_path: Path) -> 
         "worker": ["worker"],
         "beat": ["beat", "--schedule", str(tmp_path / "beat")],
     }
+
+
+def test_api_workers_replace_the_sets_process_count(tmp_path: Path) -> None:
+    made = commands("make-run", tmp_path, api_workers=4)
+    assert made["api"][made["api"].index("--workers") + 1] == "4"
+    assert made["api"].count("--workers") == 1
+    assert commands("cli-defaults", tmp_path, api_workers=3)["api"] == ["api", "--workers", "3"]
+
+
+def _loaded_or_not(settled: float, post_p99: float | None, api_cpu: float) -> dict[str, Any]:
+    post = {} if post_p99 is None else {"post": {"p99_ms": post_p99}}
+    return {
+        "A": post,
+        "B": {"get": {"p99_ms": 20.0}},
+        "A_settled_per_s": settled,
+        "A_get_per_s": 0 if post_p99 is None else 120,
+        "cpu_pct": {"api": api_cpu},
+    }
+
+
+def test_a_pair_is_the_ratio_of_its_own_phases() -> None:
+    pair = _pair(_loaded_or_not(30.0, None, 40.0), _loaded_or_not(24.0, 61.5, 60.0))
+    assert pair == {
+        "settled_per_s": [30.0, 24.0],
+        "settled_ratio": 0.8,
+        "post_p99_ms": 61.5,
+        "b_get_p99_ms": 20.0,
+        "a_get_per_s": 120,
+        "api_cpu_pct": [40.0, 60.0],
+    }
+
+
+def test_the_targets_take_the_median_pair() -> None:
+    def pair(ratio: float, post_p99: float | None) -> dict[str, Any]:
+        return {"settled_ratio": ratio, "post_p99_ms": post_p99, "b_get_p99_ms": 20.0}
+
+    flood = {"B_settle_ratio": 1.2, "B": {"settle": {"unsettled": 0}}}
+    # The first pair misses both, the other two meet them: the median pair meets them.
+    pairs = [pair(0.49, 120.0), pair(0.82, 46.0), pair(0.84, 37.0)]
+    got = targets({"flood": flood, "pairs": pairs, "settled_ratio": _median([0.49, 0.82, 0.84])})
+    assert got == {
+        "post_p99_lt_50ms": True,
+        "b_get_p99_lt_100ms": True,
+        "settled_ge_70pct": True,
+        "flood_b_within_2x_idle": True,
+    }
+    # Two of three miss: so does the median.
+    pairs = [pair(0.49, 120.0), pair(0.6, 46.0), pair(0.84, 70.0)]
+    got = targets({"flood": flood, "pairs": pairs, "settled_ratio": _median([0.49, 0.6, 0.84])})
+    assert not got["post_p99_lt_50ms"] and not got["settled_ge_70pct"]
+    # A loaded phase without a POST answered counts as a miss, not as a pass.
+    assert not targets({"flood": flood, "pairs": [pair(0.9, None)], "settled_ratio": 0.9})[
+        "post_p99_lt_50ms"
+    ]
+
+
+def test_a_loaded_phase_starts_its_pollers_on_an_empty_id_file(tmp_path: Path) -> None:
+    ids = tmp_path / "loaded-ids.txt"
+    ids.write_text("an earlier pair's retrieval\n")
+    args = argparse.Namespace(
+        client_processes=2, poll_gap=0.0, poll_connections=256, connections=128, rate=200.0,
+        duration=20.0,
+    )  # fmt: skip
+    posters, pollers = _a_loaded(args, "key", "workspace", ids, combined=False)
+    assert ids.read_text() == ""
+    assert posters.options[-2:] == ["--ids-out", str(ids)] and str(ids) in pollers.options
+
+
+def test_the_median_skips_unknown_values_and_takes_the_lower_middle() -> None:
+    assert _median([3.0, None, 1.0, 2.0]) == 2.0
+    assert _median([4.0, 1.0, 3.0, 2.0]) == 2.0
+    assert _median([None]) is None
 
 
 def test_posters_hand_their_retrievals_to_pollers_in_other_clients(
