@@ -26,7 +26,8 @@ refused for A's rate), two stacks in turn:
    fresh stack warmed up as above. The machine's speed drifts from minute to minute (the work
    a core does for one request moved by half between runs of one hour), and the settle ratio
    divides a phase's rate by another's taken minutes before: the pairs' ratios, POST p99s and
-   B GET p99s are printed, and the targets take the median pair.
+   B GET p99s are printed, and the targets take their medians (of an even N, the mean of the
+   middle two: the lower one would flatter a latency and understate a ratio).
 
 Settled/s is A's retrievals created and settled within the POST phase (the database's clocks)
 over its length; the phase ends there (the backlog is not drained). B's settle time is
@@ -55,6 +56,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -452,9 +454,10 @@ def _pair(unloaded: dict[str, Any], loaded: dict[str, Any]) -> dict[str, Any]:
 
 
 def _median(values: list[float | None]) -> float | None:
-    """The median of the known values (the lower middle one of an even count)."""
-    known = sorted(v for v in values if v is not None)
-    return known[(len(known) - 1) // 2] if known else None
+    """The median of the known values; of an even count, the mean of the middle two (the
+    lower one would be the better pair for a latency and the worse for a ratio)."""
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 2) if known else None
 
 
 def _a_loaded(
@@ -735,7 +738,7 @@ def main() -> None:
         type=int,
         default=1,
         help="unloaded and loaded phases this many times, alternately, each on a fresh stack;"
-        " the targets take the median pair",
+        " the targets take the pairs' medians (odd N: the middle pair's figures)",
     )
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--keep", action="store_true", help="keep the logs and client records")

@@ -292,9 +292,10 @@ def test_a_loaded_phase_starts_its_pollers_on_an_empty_id_file(tmp_path: Path) -
     assert posters.options[-2:] == ["--ids-out", str(ids)] and str(ids) in pollers.options
 
 
-def test_the_median_skips_unknown_values_and_takes_the_lower_middle() -> None:
+def test_the_median_skips_unknown_values_and_means_the_middle_two() -> None:
     assert _median([3.0, None, 1.0, 2.0]) == 2.0
-    assert _median([4.0, 1.0, 3.0, 2.0]) == 2.0
+    # Of two pairs, neither the better nor the worse: a POST p99 of 46.9 and 75.6 ms is 61.3.
+    assert _median([75.64, 46.94]) == 61.29
     assert _median([None]) is None
 
 
