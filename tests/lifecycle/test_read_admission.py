@@ -345,6 +345,43 @@ class TestEarlyPolls:
         assert api.get(retrieval_id).json()["retrieval"]["state"] == "cancelled"
         assert held_count() == before + 1
 
+    @pytest.mark.parametrize("noted_in", ["this process", "another process"])
+    def test_after_running_it_waits_for_the_settle_not_the_advice(
+        self, api: Api, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch, noted_in: str
+    ) -> None:
+        """A running retrieval's 1 s advice is for a client that polls once a second; a looping
+        client's early poll of it waits for the settle instead (nothing else about it changes),
+        wherever the running answer was given."""
+        monkeypatch.setattr(poll_advice, "EARLY_POLLS_PER_SECOND", 0)
+        [retrieval_id] = parked(workspace)
+        running(retrieval_id)
+        first = api.get(retrieval_id)
+        assert first.json()["retrieval"]["state"] == "running"
+        assert first.headers["Retry-After"] == "1"
+        if noted_in == "another process":
+            poll_advice.advice.clear()
+            poll_advice.running_answers.clear()
+        before, started = held_count(), time.monotonic()
+        answers: list[httpx.Response] = []
+        poll = threading.Thread(target=lambda: answers.append(api.get(retrieval_id)))
+        poll.start()
+        wait_for(lambda: held_count() == before + 1, timeout=scaled(10))
+        poll.join(timeout=2.5)  # past the advice: still waiting
+        assert poll.is_alive() and not answers
+        api.cancel(retrieval_id)
+        poll.join(timeout=60)
+        assert answers[0].json()["retrieval"]["state"] == "cancelled"
+        assert time.monotonic() - started < 20  # woken by the settle, not at the 30 s bound
+
+
+def running(retrieval_id: str) -> None:
+    """Mark a parked retrieval running, as a worker's claim leaves it for its poller."""
+    from worker.store.models import Retrieval
+
+    T = Retrieval.__table__.c  # type: ignore[attr-defined]
+    update = sa.update(Retrieval).where(T.id == uuid.UUID(retrieval_id)).values(state="running")
+    db.with_transient_retry(lambda session: session.execute(update))
+
 
 def test_overrides_apply_within_seconds(api: Api, workspace: uuid.UUID) -> None:
     """`evidence quotas set --read-rate --read-burst` takes effect within the override cache's

@@ -22,7 +22,7 @@ from api.services import poll_advice, read_admission, retrievals, thread_pools, 
 from api.services import retrieve_batch as batch
 from api.services.cache_control import parse_max_age
 from api.services.evidence_payload import RetrievalDoc, RetrievalPayload
-from worker.domain.states import OPEN_STATES
+from worker.domain.states import OPEN_STATES, RetrievalState
 from worker.store.db import read_only_session
 
 
@@ -84,7 +84,8 @@ def retrieve(
     retry_after = retrievals.retry_after(submitted.payload, submitted.lane)
     # The first advice on it: a poll straight after this answer is as early as any other.
     retrieval_id = uuid.UUID(submitted.payload["retrieval"]["id"])
-    poll_advice.given(principal.key_id, retrieval_id, retry_after)
+    running = _running(submitted.payload["retrieval"])
+    poll_advice.given(principal.key_id, retrieval_id, retry_after, running)
     answer = _answer(submitted.payload, 202 if submitted.created else 200, retry_after)
 
     # Once the answer is sent (it waits for the commit only): published, then the advice
@@ -93,7 +94,7 @@ def retrieve(
     def after_answer() -> None:
         if submitted.unpublished is not None:
             retrievals.publish_new(submitted.unpublished, submitted.lane)
-        poll_advice.share(principal.key_id, retrieval_id, retry_after)
+        poll_advice.share(principal.key_id, retrieval_id, retry_after, running)
 
     answer.background = BackgroundTask(after_answer)
     return answer
@@ -134,7 +135,8 @@ async def get_retrieval(
         # Shared for the other API processes from this thread, before the answer leaves: from
         # the event loop after it (a background task, the asyncio client) it cost a fifth of a
         # GET's CPU (docs/measurements.md).
-        poll_advice.share(principal.key_id, retrieval_id, answer[1])
+        running = _running(answer[0]["retrieval"])
+        poll_advice.share(principal.key_id, retrieval_id, answer[1], running)
         return answer
 
     # Admitted per workspace (api.services.read_admission): an early poll is refused from memory,
@@ -160,7 +162,7 @@ async def get_retrieval(
             payload, retry_after = await waiters.wait_until(
                 read, [str(retrieval_id)], lambda got: _settled(got[0]["retrieval"]), wait, run
             )
-    poll_advice.given(principal.key_id, retrieval_id, retry_after)
+    poll_advice.given(principal.key_id, retrieval_id, retry_after, _running(payload["retrieval"]))
     return _applied(_answer(payload, 200, retry_after), wait)
 
 
@@ -217,6 +219,10 @@ def cancel_retrieval(retrieval_id: UuidParam, principal: PrincipalDep) -> JSONRe
 def _owners(found: list[RetrievalDoc | None]) -> dict[uuid.UUID, uuid.UUID]:
     """The workspace of each retrieval read (what read admission charges and learns)."""
     return {uuid.UUID(r["id"]): uuid.UUID(r["workspace_id"]) for r in found if r is not None}
+
+
+def _running(retrieval: RetrievalDoc) -> bool:
+    return retrieval["state"] == RetrievalState.RUNNING.value
 
 
 def _settled(retrieval: RetrievalDoc) -> bool:

@@ -33,6 +33,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     """This module's notes and counts on a clock of the test's; early past one a second."""
     clock = Clock()
     monkeypatch.setattr(poll_advice, "advice", Notes(clock))
+    monkeypatch.setattr(poll_advice, "running_answers", Notes(clock))
     monkeypatch.setattr(poll_advice, "early", EarlyPolls(clock))
     monkeypatch.setattr(poll_advice, "EARLY_POLLS_PER_SECOND", 1)
     return clock
@@ -71,21 +72,42 @@ class TestEarlyPolls:
         assert not poll_advice.early.looping(OTHER)  # counted per workspace
 
     def test_the_last_second_counts_too(self, clock: Clock) -> None:
-        """Two in one second, then one in the next: still looping (no reprieve at each
-        second's start); one more second with one, and it is not."""
+        """Two in one second, then none: the next second's first one still finds it looping
+        (no reprieve at each second's start)."""
         clock.now = 1000.9
         poll_advice.early.looping(WORKSPACE)
-        poll_advice.early.looping(WORKSPACE)
-        clock.now = 1001.1
         assert poll_advice.early.looping(WORKSPACE)
-        clock.now = 1002.5
-        assert not poll_advice.early.looping(WORKSPACE)  # the second before had one
+        clock.now = 1001.1
+        assert poll_advice.early.would_loop(WORKSPACE)
+        assert poll_advice.early.looping(WORKSPACE)
 
-    def test_a_gap_forgets_the_past(self, clock: Clock) -> None:
+    def test_under_the_rate_before_looping_is_never_looping(self, clock: Clock) -> None:
+        """One early poll a second (the rate is one): never looping, however long it goes on."""
+        for _ in range(100):
+            clock.now += 1
+            assert not poll_advice.early.would_loop(WORKSPACE)
+            assert not poll_advice.early.looping(WORKSPACE)
+
+    def test_found_looping_it_stays_so_while_it_polls_early(self, clock: Clock) -> None:
+        """Once looping, fewer early polls (its polls now wait, so fewer come) keep it looping:
+        one every 20 s for as long as it keeps coming (the linger is 30 s)."""
+        poll_advice.early.looping(WORKSPACE)
+        assert poll_advice.early.looping(WORKSPACE)
+        for _ in range(10):
+            clock.now += 20
+            assert poll_advice.early.would_loop(WORKSPACE)
+            assert poll_advice.early.looping(WORKSPACE)
+        assert not poll_advice.early.looping(OTHER)  # per workspace
+
+    def test_no_early_poll_for_the_linger_ends_it(self, clock: Clock) -> None:
         poll_advice.early.looping(WORKSPACE)
         poll_advice.early.looping(WORKSPACE)
-        clock.now += 5
+        clock.now += poll_advice.LINGER_SECONDS - 0.1
+        assert poll_advice.early.would_loop(WORKSPACE)
+        clock.now += 0.2
+        assert not poll_advice.early.would_loop(WORKSPACE)
         assert not poll_advice.early.looping(WORKSPACE)
+        assert poll_advice.early.looping(WORKSPACE)  # two in a second again: looping again
 
 
 class TestHoldSeconds:
@@ -107,6 +129,46 @@ class TestHoldSeconds:
             assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == 0.0
         poll_advice.given(KEY, RETRIEVAL, 1)
         assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == 0.0  # the first early one
+
+
+class TestRunning:
+    """After an answer that said `running`, a looping workspace's early poll waits for the
+    settle (the long-poll's bound), not for the 1 s advice: nothing else about a running
+    retrieval changes."""
+
+    def test_it_waits_the_long_polls_bound(self, clock: Clock) -> None:
+        poll_advice.given(KEY, RETRIEVAL, 1, running=True)
+        assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == 0.0  # one early poll
+        assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == poll_advice.MAX_WAIT_SECONDS
+
+    def test_only_while_it_is_early(self, clock: Clock) -> None:
+        """A poll after the advice is on time: read at once, running or not."""
+        poll_advice.given(KEY, RETRIEVAL, 1, running=True)
+        poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL)
+        clock.now += 1
+        assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == 0.0
+
+    def test_a_later_pending_answer_takes_it_back(self, clock: Clock) -> None:
+        """Back to pending (a retry): the next early poll waits for its advice only."""
+        poll_advice.given(KEY, RETRIEVAL, 1, running=True)
+        poll_advice.given(KEY, RETRIEVAL, 4)
+        poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL)
+        assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == 4.0
+        poll_advice.given(KEY, RETRIEVAL, 1, running=True)
+        poll_advice.given(KEY, RETRIEVAL, None)  # settled
+        assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL) == 0.0
+
+    def test_noted_by_another_process(self, clock: Clock) -> None:
+        poll_advice.hold_seconds(KEY, WORKSPACE, OTHER, elsewhere=1.0)  # an early poll, counted
+        held = poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL, 1.0, running_elsewhere=True)
+        assert held == poll_advice.MAX_WAIT_SECONDS
+        assert poll_advice.hold_seconds(KEY, WORKSPACE, RETRIEVAL, 1.0) == 1.0  # a pending one
+
+    def test_per_key(self, clock: Clock) -> None:
+        poll_advice.given(KEY, RETRIEVAL, 1, running=True)
+        poll_advice.given(OTHER_KEY, RETRIEVAL, 1)
+        poll_advice.hold_seconds(OTHER_KEY, WORKSPACE, RETRIEVAL)
+        assert poll_advice.hold_seconds(OTHER_KEY, WORKSPACE, RETRIEVAL) == 1.0
 
 
 class TestNotes:
@@ -142,9 +204,9 @@ class TestShared:
         """The retrievals Redis was asked about (it says none stands); a hub never started."""
         calls: list[uuid.UUID] = []
 
-        async def elsewhere(key_id: uuid.UUID, retrieval_id: uuid.UUID) -> float:
+        async def elsewhere(key_id: uuid.UUID, retrieval_id: uuid.UUID) -> tuple[float, bool]:
             calls.append(retrieval_id)
-            return 0.0
+            return 0.0, False
 
         monkeypatch.setattr(poll_advice, "_elsewhere", elsewhere)
         monkeypatch.setattr(waiters, "hub", lambda: waiters.Hub("redis://127.0.0.1:1"))
@@ -170,4 +232,4 @@ class TestShared:
         monkeypatch.setattr(redis_clients, "shared", lambda: redis_clients.connect(dead))
 
         poll_advice.share(KEY, RETRIEVAL, 5)  # nothing raised: the advice is soft
-        assert asyncio.run(poll_advice._elsewhere(KEY, RETRIEVAL)) == 0.0
+        assert asyncio.run(poll_advice._elsewhere(KEY, RETRIEVAL)) == (0.0, False)
