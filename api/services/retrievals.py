@@ -47,15 +47,18 @@ from worker.store.models import LANE_INTERACTIVE
 
 log = structlog.get_logger(__name__)
 
-#: Polls of pending retrievals the API invites per second, fleet-wide: each is told to come
-#: back after (pending retrievals / this) seconds, so the poll load stays near this rate however
-#: deep the backlog grows, instead of growing with it.
+#: Polls the API invites per second: of pending retrievals fleet-wide, each told to come back
+#: after (pending retrievals / this) seconds, and of running ones per workspace, each told
+#: (the workspace's running retrievals / this) seconds; so the poll load stays near this rate
+#: however deep the backlog grows and however many of a workspace's retrievals run at once.
 POLLS_PER_SECOND = 50
-#: Bounds of that advice: a running retrieval is asked again after a second (it settles within
-#: its fetch deadline), and no poller is told to wait longer than the maximum.
+#: Bounds of that advice: a workspace's one running retrieval is asked again after a second
+#: (it settles within its fetch deadline), and no poller is told to wait longer than the
+#: maximum (for a running retrieval, the long-poll's bound).
 MIN_RETRY_AFTER_SECONDS = 1
 MAX_RETRY_AFTER_SECONDS = 120
-#: Relative spread of the advice for pending retrievals (see `poll_delay`).
+MAX_RUNNING_RETRY_AFTER_SECONDS = 30
+#: Relative spread of the advice (see `poll_delay`).
 JITTER = 0.5
 #: How often each API process re-counts the pending retrievals (one indexed count).
 BACKLOG_CACHE_SECONDS = 1.0
@@ -244,23 +247,33 @@ def read_evidence(
     return evidence_payload(evidence, row, revisions, confirmed)
 
 
-def poll_delay(state: str, pending: int, rand: Callable[[], float] = random.random) -> int | None:
+def poll_delay(
+    state: str, pending: int, rand: Callable[[], float] = random.random, running: int = 1
+) -> int | None:
     """Seconds a poller should wait before asking about a retrieval again; None once settled.
 
+    `pending`: the pending retrievals of its lane (for a pending one); `running`: its
+    workspace's running retrievals (for a running one). A workspace's one running retrieval
+    is asked about again after a second; one of 300 running at once (a batch on a busy
+    worker, each running for many seconds) after 6 s, not every second: read once a second
+    each, they had drawn a read per poll at hundreds a second (docs/measurements.md).
     Jittered by ±JITTER, so that polls answered in the same second do not all come back in the
     same second (docs/performance.md, "The API").
     """
     if state == S.RUNNING.value:
-        return MIN_RETRY_AFTER_SECONDS
-    if state != S.PENDING.value:
+        count, most = running, MAX_RUNNING_RETRY_AFTER_SECONDS
+    elif state == S.PENDING.value:
+        count, most = pending, MAX_RETRY_AFTER_SECONDS
+    else:
         return None
     spread = 1 - JITTER + 2 * JITTER * rand()
-    seconds = math.ceil(pending / POLLS_PER_SECOND * spread)
-    return min(MAX_RETRY_AFTER_SECONDS, max(MIN_RETRY_AFTER_SECONDS, seconds))
+    seconds = math.ceil(count / POLLS_PER_SECOND * spread)
+    return min(most, max(MIN_RETRY_AFTER_SECONDS, seconds))
 
 
 class _Backlog:
-    """Pending retrievals per lane, re-counted at most every BACKLOG_CACHE_SECONDS.
+    """Pending retrievals per lane and running ones per workspace, re-counted at most every
+    BACKLOG_CACHE_SECONDS.
 
     Between counts it adds the retrievals created since the last one: a count taken while the
     backlog grows by a few hundred a second is otherwise too low for the next second, and the
@@ -269,22 +282,23 @@ class _Backlog:
     second and its p99 rose to 150-220 ms). A process sees only its own share of the new
     retrievals, so it scales what it saw by the number of API processes (`api_workers`).
     Per lane, because an interactive retrieval does not wait behind the batch lane: its
-    advice must not grow with another workspace's batch.
+    advice must not grow with another workspace's batch; running ones per workspace, because
+    an agent's one running retrieval must not be told to wait behind another's hundreds.
     """
 
     def __init__(self) -> None:
         self._pending: dict[str, int] = {}
+        self._running: dict[str, int] = {}
         self._created_since: dict[str, int] = {}
         self._counted_at = -math.inf
         self._lock = threading.Lock()
 
-    def pending(self, lane: str | None = None) -> int:
-        """The last count plus what was created here since, for one lane or all of them."""
+    def _recount_when_stale(self) -> None:
         stale = time.monotonic() - self._counted_at >= BACKLOG_CACHE_SECONDS
         if stale and self._lock.acquire(blocking=False):
             try:
                 created_before = dict(self._created_since)
-                self._pending = _count_pending()
+                self._pending, self._running = _count_pending(), _count_running()
                 for name, n in created_before.items():
                     self._created_since[name] = self._created_since.get(name, 0) - n
             except SQLAlchemyError:
@@ -292,11 +306,20 @@ class _Backlog:
             finally:
                 self._counted_at = time.monotonic()
                 self._lock.release()
+
+    def pending(self, lane: str | None = None) -> int:
+        """The last count plus what was created here since, for one lane or all of them."""
+        self._recount_when_stale()
         scale = get_settings().api_workers
         lanes = [lane] if lane is not None else list({*self._pending, *self._created_since})
         return sum(
             self._pending.get(name, 0) + self._created_since.get(name, 0) * scale for name in lanes
         )
+
+    def running(self, workspace_id: str) -> int:
+        """The workspace's running retrievals at the last count; at least the one asked about."""
+        self._recount_when_stale()
+        return max(1, self._running.get(workspace_id, 0))
 
     def created(self, lane: str = LANE_INTERACTIVE, count: int = 1) -> None:
         """Note retrievals this process just created (pending until a worker claims them)."""
@@ -314,16 +337,28 @@ def _count_pending() -> dict[str, int]:
         return retrieval_view.count_pending_by_lane(session)
 
 
+def _count_running() -> dict[str, int]:
+    """Running retrievals by workspace."""
+    with db.session_scope(readonly=True) as session:
+        return retrieval_view.count_running_by_workspace(session)
+
+
 backlog = _Backlog()
 
 
 def retry_after(payload: RetrievalPayload, lane: str = LANE_INTERACTIVE) -> int | None:
     """The `Retry-After` for an answer carrying this retrieval payload; None once it settled.
 
-    A pending retrieval's advice follows the backlog of its own lane.
+    A pending retrieval's advice follows the backlog of its own lane; a running one's, how
+    many of its workspace's run at once.
     """
-    state = payload["retrieval"]["state"]
-    return poll_delay(state, backlog.pending(lane) if state == S.PENDING.value else 0)
+    retrieval = payload["retrieval"]
+    state = retrieval["state"]
+    if state == S.PENDING.value:
+        return poll_delay(state, backlog.pending(lane))
+    if state == S.RUNNING.value:
+        return poll_delay(state, 0, running=backlog.running(retrieval["workspace_id"]))
+    return None
 
 
 def warm_up() -> None:

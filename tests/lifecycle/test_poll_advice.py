@@ -121,6 +121,35 @@ class TestRetryAfter:
         retrieval_service.backlog.clear()
 
 
+class TestRunningAdvice:
+    """A running retrieval's advice follows how many of its own workspace's run at once."""
+
+    def test_many_running_in_one_workspace_do_not_lengthen_anothers(
+        self, api: Api, workspace: uuid.UUID
+    ) -> None:
+        import sqlalchemy as sa
+
+        from tests.support.factories import cancel_open, make_key, parked
+        from worker.store import db
+        from worker.store.models import Retrieval
+
+        busy, agent = workspace, uuid.uuid4()
+        ids = [uuid.UUID(i) for i in parked(busy, 200) + parked(agent, 1)]
+        T = Retrieval.__table__.c  # type: ignore[attr-defined]
+        db.with_transient_retry(
+            lambda s: s.execute(sa.update(Retrieval).where(T.id.in_(ids)).values(state="running"))
+        )
+        try:
+            retrieval_service.backlog.clear()  # counted afresh
+            # 200 running: 4 s, within the jitter's ±50 %.
+            assert 2 <= int(retry_after(api.get(str(ids[0]))) or 0) <= 6
+            agents = Api(api.client, make_key([agent]))
+            assert retry_after(agents.get(str(ids[-1]))) == "1"  # its only one
+        finally:
+            cancel_open(agent)
+            retrieval_service.backlog.clear()
+
+
 class TestBacklog:
     """The backlog behind the advice: the last count plus what this process created since."""
 
@@ -177,6 +206,18 @@ class TestPollDelay:
     def test_poll_delay(self, state: str, pending: int, seconds: int | None) -> None:
         """Running: 1 s; pending: backlog / POLLS_PER_SECOND within 1..120 s; settled: none."""
         assert retrieval_service.poll_delay(state, pending, rand=lambda: 0.5) == seconds
+
+    @pytest.mark.parametrize(
+        ("running", "seconds"),
+        [(1, 1), (50, 1), (51, 2), (300, 6), (1_500, 30), (10**6, 30)],
+    )
+    def test_a_running_ones_follows_its_workspaces_running(
+        self, running: int, seconds: int
+    ) -> None:
+        """Running: the workspace's running / POLLS_PER_SECOND within 1..30 s (the pending
+        backlog plays no part)."""
+        advice = retrieval_service.poll_delay("running", 10**6, rand=lambda: 0.5, running=running)
+        assert advice == seconds
 
     def test_jitter_spreads_the_advice(self) -> None:
         """Polls answered together are not sent back together: ±50 % around the backlog share."""
