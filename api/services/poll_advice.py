@@ -43,8 +43,13 @@ from api.services.counters import POLLS_HELD
 from api.services.read_admission import NOTES_SIZE, Notes
 from worker.platform import redis_clients
 
-#: Early polls a second from one workspace (in one API process) past which they wait.
-EARLY_POLLS_PER_SECOND = 25
+#: Early polls a second from one workspace (in one API process) past which they wait: the
+#: default read rate. An agent polling all 20 of its interactive retrievals four times a second
+#: stays under it; a client polling in a loop on many connections passes it in its first
+#: second, and the linger keeps it looping once its waiting polls come fewer. At 25, the
+#: overload bench's second workspace (a few retrievals, each polled every 0.25 s) passed it
+#: whenever a saturated worker left it seven open, and its polls waited.
+EARLY_POLLS_PER_SECOND = 100
 #: How long a workspace found polling early in a loop stays so after its last early poll.
 LINGER_SECONDS = 30.0
 #: Longest an early poll waits (the long-poll's bound): a longer advice is read again after it.
