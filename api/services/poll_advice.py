@@ -63,11 +63,11 @@ class EarlyPolls:
     """Early polls per workspace, counted in whole seconds of this process's clock.
 
     A workspace starts looping past EARLY_POLLS_PER_SECOND in a second (or the one before) and
-    stays looping until it makes no early poll for LINGER_SECONDS. Without the linger the
-    trigger fed back on itself: once a looping client's polls waited, fewer of them came per
-    second, its count fell under the threshold, and its next early polls were read at once
-    until the count rose again (under the overload bench's pollers, about a third of their
-    early polls were read at once: docs/measurements.md).
+    stays looping until LINGER_SECONDS pass with no early poll of it and no end of a wait.
+    Without the linger the trigger fed back on itself: once a looping client's polls waited,
+    fewer of them came per second, its count fell under the threshold, and its next early
+    polls were read at once until the count rose again (under the overload bench's pollers,
+    about a third of their early polls were read at once: docs/measurements.md).
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -105,6 +105,15 @@ class EarlyPolls:
                 return False
             self._looping_until[workspace_id] = at + LINGER_SECONDS
             return True
+
+    def held(self, workspace_id: uuid.UUID) -> None:
+        """A poll of a looping workspace ended its wait: the linger starts again from now. Its
+        connections may all have waited up to MAX_WAIT_SECONDS, with no early poll meanwhile;
+        counted from the last early poll alone, the linger ran out as they came back, and their
+        first polls were read at once until the count passed the trigger again."""
+        with self._lock:
+            if workspace_id in self._looping_until:
+                self._looping_until[workspace_id] = self._clock() + LINGER_SECONDS
 
     def would_loop(self, workspace_id: uuid.UUID) -> bool:
         """Whether one more early poll would find the workspace looping (nothing counted)."""
@@ -216,5 +225,8 @@ async def wait_for_advice(
     if seconds <= 0 or hub.settled_lately(str(retrieval_id)):
         return
     POLLS_HELD.inc()
-    with hub.watch([str(retrieval_id)]) as settled, contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(settled.wait(), seconds)
+    try:
+        with hub.watch([str(retrieval_id)]) as settled, contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(settled.wait(), seconds)
+    finally:
+        early.held(workspace_id)

@@ -99,6 +99,18 @@ class TestEarlyPolls:
             assert poll_advice.early.looping(WORKSPACE)
         assert not poll_advice.early.looping(OTHER)  # per workspace
 
+    def test_a_wait_that_ends_starts_the_linger_again(self, clock: Clock) -> None:
+        """All its polls waited 30 s, with no early poll meanwhile: as they come back, it is
+        still looping."""
+        poll_advice.early.looping(WORKSPACE)
+        poll_advice.early.looping(WORKSPACE)
+        clock.now += poll_advice.LINGER_SECONDS - 1
+        poll_advice.early.held(WORKSPACE)
+        clock.now += poll_advice.LINGER_SECONDS - 1
+        assert poll_advice.early.looping(WORKSPACE)
+        poll_advice.early.held(OTHER)  # never found looping: nothing to keep
+        assert not poll_advice.early.would_loop(OTHER)
+
     def test_no_early_poll_for_the_linger_ends_it(self, clock: Clock) -> None:
         poll_advice.early.looping(WORKSPACE)
         poll_advice.early.looping(WORKSPACE)
