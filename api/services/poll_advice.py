@@ -11,11 +11,11 @@ poller's next request may reach another API process: with the note in one proces
 of the early polls went unnoticed and were read at once). Each process counts per workspace
 the polls that come back before theirs. A `GET …/retrievals/{id}` (without `Prefer: wait`)
 that is early, from a workspace with more than EARLY_POLLS_PER_SECOND early polls in this
-second or the last (and from then on until it makes none for LINGER_SECONDS), waits in the
-event loop (no thread, no database): until its advice is due, or, when the answer it came
-too early after said `running`, until the retrieval settles (a running retrieval changes
-only then; its 1 s advice is for the client that polls once a second), at most
-MAX_WAIT_SECONDS; it also ends early on the settle notification long-polls wait on. Then it
+second or the last (and from then on until LINGER_SECONDS pass with no early poll and no
+wait ending), waits in the event loop (no thread, no database): until its advice is due,
+or, when the answer it came too early after said `running`, until the retrieval settles (a
+running retrieval changes only then), at most MAX_WAIT_SECONDS; it also ends early on the
+settle notification long-polls wait on. Then it
 is read and answered as usual, for one read token. One that settled before the poll came is
 not held (the settle was announced to this process too). Nothing is refused and no state is
 served stale: the poll is read when it is answered, as a long-poll would be. Without Redis
