@@ -15,12 +15,12 @@ second or the last (and from then on until LINGER_SECONDS pass with no early pol
 wait ending), waits in the event loop (no thread, no database): until its advice is due,
 or, when the answer it came too early after said `running`, until the retrieval settles (a
 running retrieval changes only then), at most MAX_WAIT_SECONDS; it also ends early on the
-settle notification long-polls wait on. Then it
-is read and answered as usual, for one read token. One that settled before the poll came is
-not held (the settle was announced to this process too). Nothing is refused and no state is
-served stale: the poll is read when it is answered, as a long-poll would be. Without Redis
-the process's own notes are all there is: advice is soft, and never fails or slows the
-answer it rides on beyond the shared-state bound.
+settle notification long-polls wait on. Then it is read and answered as usual, for one read
+token. One that settled before the poll came is not held (the settle was announced to this
+process too). Nothing is refused and no state is served stale: the poll is read when it is
+answered, as a long-poll would be. Without Redis the process's own notes are all there is:
+advice is soft, and never fails or slows the answer it rides on beyond the shared-state
+bound.
 
 A workspace that polls early now and then (an agent asking about a few retrievals a little
 faster than advised) is answered at once, as before.
@@ -43,14 +43,14 @@ from api.services.counters import POLLS_HELD
 from api.services.read_admission import NOTES_SIZE, Notes
 from worker.platform import redis_clients
 
-#: Early polls a second from one workspace (in one API process) past which they wait: the
-#: default read rate. An agent polling all 20 of its interactive retrievals four times a second
-#: stays under it; a client polling in a loop on many connections passes it in its first
-#: second, and the linger keeps it looping once its waiting polls come fewer. At 25, the
-#: overload bench's second workspace (a few retrievals, each polled every 0.25 s) passed it
-#: whenever a saturated worker left it seven open, and its polls waited.
-EARLY_POLLS_PER_SECOND = 100
-#: How long a workspace found polling early in a loop stays so after its last early poll.
+#: Early polls a second from one workspace (in one API process) past which they wait. Well
+#: under the default read rate: the polls refused for that rate are never counted here, so at
+#: 100 a client polling in a loop on 256 connections was refused before it was caught, and its
+#: admitted polls (at most the rate, over two processes) never passed it. An agent polling five
+#: retrievals four times a second stays under it.
+EARLY_POLLS_PER_SECOND = 25
+#: How long a workspace found polling early in a loop stays so after its last early poll (or
+#: the end of its last wait).
 LINGER_SECONDS = 30.0
 #: Longest an early poll waits (the long-poll's bound): a longer advice is read again after it.
 MAX_WAIT_SECONDS = 30.0
@@ -74,7 +74,8 @@ class EarlyPolls:
         self._clock = clock
         #: workspace -> (its current second, early polls in it, early polls in the one before)
         self._counts: dict[uuid.UUID, tuple[int, int, int]] = {}
-        #: workspace -> until when it counts as looping (LINGER_SECONDS past its last early poll)
+        #: workspace -> until when it counts as looping (LINGER_SECONDS past its last early poll
+        #: or the end of its last wait)
         self._looping_until: dict[uuid.UUID, float] = {}
         self._lock = threading.Lock()
 

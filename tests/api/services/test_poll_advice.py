@@ -122,13 +122,13 @@ class TestEarlyPolls:
         assert poll_advice.early.looping(WORKSPACE)  # two in a second again: looping again
 
 
-def test_an_agent_polling_all_its_interactive_retrievals_four_times_a_second_never_loops() -> None:
-    """20 open interactive retrievals (the default limit), each polled every 0.25 s against a 1 s
-    advice: 80 early polls a second, all in one process, for a minute; never held."""
+def test_an_agent_polling_five_retrievals_four_times_a_second_never_loops() -> None:
+    """Five open retrievals, each polled every 0.25 s against a 1 s advice: 20 early polls a
+    second, all in one process, for a minute; never held."""
     clock = Clock()
     early = EarlyPolls(clock)
-    for _ in range(60 * 80):
-        clock.now += 1 / 80
+    for _ in range(60 * 20):
+        clock.now += 1 / 20
         assert not early.looping(WORKSPACE)
 
 
