@@ -298,7 +298,7 @@ class _Backlog:
         if stale and self._lock.acquire(blocking=False):
             try:
                 created_before = dict(self._created_since)
-                self._pending, self._running = _count_pending(), _count_running()
+                self._pending, self._running = _count_open()
                 for name, n in created_before.items():
                     self._created_since[name] = self._created_since.get(name, 0) - n
             except SQLAlchemyError:
@@ -331,16 +331,17 @@ class _Backlog:
         self._created_since = {}
 
 
-def _count_pending() -> dict[str, int]:
-    """Pending retrievals by lane."""
+def _count_open() -> tuple[dict[str, int], dict[str, int]]:
+    """Pending retrievals by lane and running ones by workspace, from one grouped count."""
+    pending: dict[str, int] = {}
+    running: dict[str, int] = {}
     with db.session_scope(readonly=True) as session:
-        return retrieval_view.count_pending_by_lane(session)
-
-
-def _count_running() -> dict[str, int]:
-    """Running retrievals by workspace."""
-    with db.session_scope(readonly=True) as session:
-        return retrieval_view.count_running_by_workspace(session)
+        for workspace, lane, state, n in retrieval_view.open_by_workspace(session):
+            if state == S.PENDING.value:
+                pending[lane] = pending.get(lane, 0) + n
+            elif state == S.RUNNING.value:
+                running[workspace] = running.get(workspace, 0) + n
+    return pending, running
 
 
 backlog = _Backlog()

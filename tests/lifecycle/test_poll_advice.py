@@ -86,7 +86,7 @@ class TestRetryAfter:
         )  # recorded, never published: pending until the sweep republishes it
         for pending, low, high in ((5_000, 50, 120), (10**7, 120, 120)):
             monkeypatch.setattr(
-                retrieval_service, "_count_pending", lambda n=pending: {"interactive": n}
+                retrieval_service, "_count_open", lambda n=pending: ({"interactive": n}, {})
             )
             retrieval_service.backlog.clear()
             polled = api.get(str(row.id))
@@ -113,7 +113,7 @@ class TestRetryAfter:
             )
         )
         deep = {"interactive": 3, "batch": 10**6}
-        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: deep)
+        monkeypatch.setattr(retrieval_service, "_count_open", lambda: (deep, {}))
         retrieval_service.backlog.clear()
         assert retry_after(api.get(interactive)) == "1"
         assert retry_after(api.get(batch)) == "120"
@@ -157,13 +157,13 @@ class TestBacklog:
         self, api: Api, page: str, workspace: uuid.UUID, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A POST raises the backlog at once; the next count replaces the estimate."""
-        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: {"interactive": 100})
+        monkeypatch.setattr(retrieval_service, "_count_open", lambda: ({"interactive": 100}, {}))
         retrieval_service.backlog.clear()
         assert retrieval_service.backlog.pending() == 100
         for _ in range(3):
             assert api.post(body(page, workspace)).status_code == 202
         assert retrieval_service.backlog.pending() == 103  # counted less than a second ago
-        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: {"interactive": 7})
+        monkeypatch.setattr(retrieval_service, "_count_open", lambda: ({"interactive": 7}, {}))
         retrieval_service.backlog.clear()
         assert retrieval_service.backlog.pending() == 7
         retrieval_service.backlog.clear()
@@ -174,7 +174,7 @@ class TestBacklog:
         """With N API processes, what one process created stands for N times as many."""
         from worker.platform.settings import get_settings
 
-        monkeypatch.setattr(retrieval_service, "_count_pending", lambda: {"interactive": 10})
+        monkeypatch.setattr(retrieval_service, "_count_open", lambda: ({"interactive": 10}, {}))
         monkeypatch.setattr(get_settings(), "api_workers", 4)
         retrieval_service.backlog.clear()
         assert retrieval_service.backlog.pending() == 10

@@ -147,23 +147,3 @@ def open_by_workspace(session: Session) -> list[tuple[str, str, str, int]]:
         .group_by(RETRIEVAL.c.workspace_id, RETRIEVAL.c.lane, RETRIEVAL.c.state)
     )
     return [(str(w), lane, state, int(n)) for w, lane, state, n in session.execute(query)]
-
-
-def count_pending_by_lane(session: Session) -> dict[str, int]:
-    """Pending retrievals by lane."""
-    query = (
-        sa.select(RETRIEVAL.c.lane, sa.func.count())
-        .where(RETRIEVAL.c.state == S.PENDING.value)
-        .group_by(RETRIEVAL.c.lane)
-    )
-    return {lane: int(n) for lane, n in session.execute(query)}
-
-
-def count_running_by_workspace(session: Session) -> dict[str, int]:
-    """Running retrievals by workspace (its id as text)."""
-    query = (
-        sa.select(RETRIEVAL.c.workspace_id, sa.func.count())
-        .where(RETRIEVAL.c.state == S.RUNNING.value)
-        .group_by(RETRIEVAL.c.workspace_id)
-    )
-    return {str(workspace): int(n) for workspace, n in session.execute(query)}
