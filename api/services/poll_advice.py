@@ -10,8 +10,8 @@ per key and retrieval: in the process that gave it, and in Redis until it falls 
 poller's next request may reach another API process: with the note in one process only, half
 of the early polls went unnoticed and were read at once). Each process counts per workspace
 the polls that come back before theirs. A `GET …/retrievals/{id}` (without `Prefer: wait`)
-that is early, from a workspace with more than EARLY_POLLS_PER_SECOND early polls in this
-second or the last (and from then on until LINGER_SECONDS pass with no early poll and no
+that is early, from a workspace with more than EARLY_POLLS_PER_SECOND early polls in one
+second (and from then on until LINGER_SECONDS pass with no early poll and no
 wait ending), waits in the event loop (no thread, no database): until its advice is due,
 or, when the answer it came too early after said `running`, until the retrieval settles (a
 running retrieval changes only then), at most MAX_WAIT_SECONDS; it also ends early on the
@@ -62,45 +62,42 @@ SHARED_PREFIX = "evidence:poll-advice:"
 class EarlyPolls:
     """Early polls per workspace, counted in whole seconds of this process's clock.
 
-    A workspace starts looping past EARLY_POLLS_PER_SECOND in a second (or the one before) and
-    stays looping until LINGER_SECONDS pass with no early poll of it and no end of a wait.
-    Without the linger the trigger fed back on itself: once a looping client's polls waited,
-    fewer of them came per second, its count fell under the threshold, and its next early
-    polls were read at once until the count rose again (under the overload bench's pollers,
-    about a third of their early polls were read at once: docs/measurements.md).
+    A workspace starts looping past EARLY_POLLS_PER_SECOND in one second and stays looping
+    until LINGER_SECONDS pass with no early poll of it and no end of a wait. Without the
+    linger the trigger fed back on itself: once a looping client's polls waited, fewer of them
+    came per second, its count fell under the threshold, and its next early polls were read
+    at once until the count rose again (under the overload bench's pollers, about a third of
+    their early polls were read at once: docs/measurements.md). The linger also makes a count
+    over the second before needless: a second over the trigger has started it.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        #: workspace -> (its current second, early polls in it, early polls in the one before)
-        self._counts: dict[uuid.UUID, tuple[int, int, int]] = {}
+        #: workspace -> (its current second, early polls in it)
+        self._counts: dict[uuid.UUID, tuple[int, int]] = {}
         #: workspace -> until when it counts as looping (LINGER_SECONDS past its last early poll
         #: or the end of its last wait)
         self._looping_until: dict[uuid.UUID, float] = {}
         self._lock = threading.Lock()
 
-    def _current(self, workspace_id: uuid.UUID, second: int) -> tuple[int, int]:
-        """The workspace's early polls in `second` and in the one before."""
-        last_second, now, before = self._counts.get(workspace_id, (second, 0, 0))
-        if second == last_second + 1:
-            return 0, now
-        if second != last_second:
-            return 0, 0
-        return now, before
+    def _current(self, workspace_id: uuid.UUID, second: int) -> int:
+        """The workspace's early polls in `second`."""
+        last_second, count = self._counts.get(workspace_id, (second, 0))
+        return count if second == last_second else 0
 
     def looping(self, workspace_id: uuid.UUID) -> bool:
         """Count one early poll of the workspace; whether it polls early in a loop: its early
-        polls in this second or the last are more than EARLY_POLLS_PER_SECOND, or it was found
-        looping and has made an early poll within LINGER_SECONDS since."""
+        polls in this second are more than EARLY_POLLS_PER_SECOND, or it was found looping
+        and has made an early poll (or ended a wait) within LINGER_SECONDS since."""
         at = self._clock()
         second = int(at)
         with self._lock:
-            now, before = self._current(workspace_id, second)
+            count = self._current(workspace_id, second) + 1
             if len(self._counts) >= NOTES_SIZE and workspace_id not in self._counts:
                 self._counts.clear()
                 self._looping_until.clear()
-            self._counts[workspace_id] = (second, now + 1, before)
-            over = max(now + 1, before) > EARLY_POLLS_PER_SECOND
+            self._counts[workspace_id] = (second, count)
+            over = count > EARLY_POLLS_PER_SECOND
             if not over and self._looping_until.get(workspace_id, -math.inf) <= at:
                 self._looping_until.pop(workspace_id, None)
                 return False
@@ -121,8 +118,7 @@ class EarlyPolls:
         at = self._clock()
         if self._looping_until.get(workspace_id, -math.inf) > at:
             return True
-        now, before = self._current(workspace_id, int(at))
-        return max(now + 1, before) > EARLY_POLLS_PER_SECOND
+        return self._current(workspace_id, int(at)) + 1 > EARLY_POLLS_PER_SECOND
 
     def clear(self) -> None:
         with self._lock:

@@ -71,15 +71,24 @@ class TestEarlyPolls:
         assert looping == [False, True]
         assert not poll_advice.early.looping(OTHER)  # counted per workspace
 
-    def test_the_last_second_counts_too(self, clock: Clock) -> None:
-        """Two in one second, then none: the next second's first one still finds it looping
-        (no reprieve at each second's start)."""
+    def test_the_next_second_finds_it_still_looping(self, clock: Clock) -> None:
+        """Two in one second, then one early in the next: looping still (no reprieve at each
+        second's start)."""
         clock.now = 1000.9
         poll_advice.early.looping(WORKSPACE)
         assert poll_advice.early.looping(WORKSPACE)
         clock.now = 1001.1
         assert poll_advice.early.would_loop(WORKSPACE)
         assert poll_advice.early.looping(WORKSPACE)
+
+    def test_the_count_starts_afresh_each_second(self, clock: Clock) -> None:
+        """One at the end of a second and one at the start of the next: one a second, within
+        the rate (a count over a sliding window would have caught it)."""
+        clock.now = 1000.9
+        assert not poll_advice.early.looping(WORKSPACE)
+        clock.now = 1001.1
+        assert not poll_advice.early.would_loop(WORKSPACE)
+        assert not poll_advice.early.looping(WORKSPACE)
 
     def test_under_the_rate_before_looping_is_never_looping(self, clock: Clock) -> None:
         """One early poll a second (the rate is one): never looping, however long it goes on."""
