@@ -50,20 +50,31 @@ SQLITE_TESTS ?= tests/read tests/lifecycle/test_store.py tests/lifecycle/test_ba
 # keep two cores busier than two did.
 TEST_PROCESSES ?= 3
 PYTEST_N := -n $(TEST_PROCESSES) --dist loadfile
-test: install $(PYWB)/bin/wayback  ## Run the test suite (PostgreSQL, then what runs different SQL on SQLite) with coverage
+# The suite's two runs with the pytest command $(1): PostgreSQL, then what runs different SQL
+# on SQLite. Both run even when the first fails; `failed` names those that failed.
+suite = failed=""; \
+	$(1) -q $(PYTEST_N) -m "not fault and not cluster" --durations=15 || failed="$$failed postgres"; \
+	$(1) -q $(PYTEST_N) --db sqlite -m "not fault and not cluster" $(SQLITE_TESTS) || failed="$$failed sqlite";
+
+test: install $(PYWB)/bin/wayback  ## Run the test suite (PostgreSQL, then what runs different SQL on SQLite)
+	./deploy/ensure-services.sh --postgres
+	@$(call suite,$(PYTEST)) \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi
+
+# Coverage doubles the suite's CPU (it traces every process the tests start), so it is a target
+# of its own rather than part of `make test` and CI (docs/measurements.md, "CI's time").
+coverage: install $(PYWB)/bin/wayback  ## `make test` under coverage, across every process it starts, against its floor
 	./deploy/ensure-services.sh --postgres
 	rm -rf var/coverage && mkdir -p var/coverage
-	@# Every part runs, and coverage is printed, even when a part fails; then make fails.
-	@failed=""; \
-	$(COV) run -m pytest -q $(PYTEST_N) -m "not fault and not cluster" --durations=15 || failed="$$failed postgres"; \
-	$(COV) run -m pytest -q $(PYTEST_N) --db sqlite -m "not fault and not cluster" $(SQLITE_TESTS) || failed="$$failed sqlite"; \
+	@# The report is printed even when a test fails; then make fails.
+	@$(call suite,$(COV) run -m pytest) \
 	$(COV) combine -q; \
 	if $(COV) report --format=total --fail-under=$(COVERAGE_FLOOR) >/dev/null; then \
 		echo "coverage: $$($(COV) report --format=total) % of api/ and worker/ (floor $(COVERAGE_FLOOR) %)"; \
 	else \
 		$(COV) report --sort=cover | tail -25; echo "coverage below $(COVERAGE_FLOOR) %"; failed="$$failed coverage"; \
 	fi; \
-	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi
+	if [ -n "$$failed" ]; then echo "make coverage: failed:$$failed"; exit 1; fi
 
 # Fault tests wait on leases and restarts; a class at a time spreads test_faults.py's classes,
 # which as one file kept one process busy for most of the run.
@@ -141,5 +152,5 @@ bench-quality: install  ## Page text on public labelled pages (held out): the se
 	$(PY) -m bench.quality.prepare --verify 2>/dev/null || $(PY) -m bench.quality.prepare --repos $(QUALITY_REPOS)
 	$(PY) -m bench.quality.run $(QUALITY_ARGS)
 
-.PHONY: help install run demo test test-faults test-cluster bench-cluster lint format migrate load overload bench bench-fairness \
+.PHONY: help install run demo test coverage test-faults test-cluster bench-cluster lint format migrate load overload bench bench-fairness \
 	bench-origin-share bench-revalidation bench-archive bench-quotes bench-quality
