@@ -51,7 +51,12 @@ log = structlog.get_logger(__name__)
 #: after (pending retrievals / this) seconds, and of running ones per workspace, each told
 #: (the workspace's running retrievals / this) seconds; so the poll load stays near this rate
 #: however deep the backlog grows and however many of a workspace's retrievals run at once.
-POLLS_PER_SECOND = 50
+#: A client working through its open retrievals one after another polls each about as the
+#: advice says, so this rate is what its polls cost the API: at 50, 55-72 answers a second
+#: under the overload bench's pollers took 14-26 points of a core from a saturated worker; at
+#: 25 they are half that (docs/measurements.md). An agent's interactive retrievals (at most
+#: EVIDENCE_INTERACTIVE_OPEN_LIMIT, 20) running at once are still each told 1 s.
+POLLS_PER_SECOND = 25
 #: Bounds of that advice: a workspace's one running retrieval is asked again after a second
 #: (it settles within its fetch deadline), and no poller is told to wait longer than the
 #: maximum (for a running retrieval, the long-poll's bound).
@@ -255,7 +260,7 @@ def poll_delay(
     `pending`: the pending retrievals of its lane (for a pending one); `running`: its
     workspace's running retrievals (for a running one). A workspace's one running retrieval
     is asked about again after a second; one of 300 running at once (a batch on a busy
-    worker, each running for many seconds) after 6 s, not every second: read once a second
+    worker, each running for many seconds) after 12 s, not every second: read once a second
     each, they had drawn a read per poll at hundreds a second (docs/measurements.md).
     Jittered by ±JITTER, so that polls answered in the same second do not all come back in the
     same second (docs/performance.md, "The API").
