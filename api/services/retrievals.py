@@ -52,10 +52,9 @@ log = structlog.get_logger(__name__)
 #: (the workspace's running retrievals / this) seconds; so the poll load stays near this rate
 #: however deep the backlog grows and however many of a workspace's retrievals run at once.
 #: A client working through its open retrievals one after another polls each about as the
-#: advice says, so this rate is what its polls cost the API: at 50, 55-72 answers a second
-#: under the overload bench's pollers took 14-26 points of a core from a saturated worker; at
-#: 25 they are half that (docs/measurements.md). An agent's interactive retrievals (at most
-#: EVIDENCE_INTERACTIVE_OPEN_LIMIT, 20) running at once are still each told 1 s.
+#: advice says, so this rate is what its polls cost the API (at 50 the overload bench's
+#: pollers took twice the CPU from a saturated worker: docs/measurements.md). With the jitter,
+#: up to 16 running are each told 1 s, and an agent's 20 interactive ones 1 or 2 s.
 POLLS_PER_SECOND = 25
 #: Bounds of that advice: a workspace's one running retrieval is asked again after a second
 #: (it settles within its fetch deadline), and no poller is told to wait longer than the

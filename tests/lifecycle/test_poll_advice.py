@@ -219,6 +219,14 @@ class TestPollDelay:
         advice = retrieval_service.poll_delay("running", 10**6, rand=lambda: 0.5, running=running)
         assert advice == seconds
 
+    @pytest.mark.parametrize(("running", "seconds"), [(16, 1), (17, 2), (20, 2)])
+    def test_few_running_are_told_a_second_whatever_the_jitter(
+        self, running: int, seconds: int
+    ) -> None:
+        """At the jitter's top, up to 16 running are still told 1 s; an agent's 20 at most 2."""
+        advice = retrieval_service.poll_delay("running", 0, rand=lambda: 0.999, running=running)
+        assert advice == seconds
+
     def test_jitter_spreads_the_advice(self) -> None:
         """Polls answered together are not sent back together: ±50 % around the backlog share."""
         assert retrieval_service.poll_delay("pending", 1_000, rand=lambda: 0.0) == 20
